@@ -1,0 +1,76 @@
+// One device pass as the per-operation code sees it: the batch's columns, the pass's scratch, and the
+// table-wide counters. Trivially copyable; kernels take it by value.
+#pragma once
+
+#include <cstdint>
+
+#include "gpukv/detail/hd.hpp"
+#include "gpukv/types.hpp"
+
+namespace gpukv::detail {
+
+struct BatchRef {
+  std::uint64_t size;
+  const std::uint8_t* ops;
+  const std::uint8_t* keys;        // stride key_width
+  const std::uint8_t* key_lens;
+  const std::uint8_t* values;      // stride value_stride
+  const std::uint32_t* value_lens;
+  std::uint8_t* status;
+  std::uint8_t* out_values;        // stride value_stride; may be null
+  std::uint32_t* out_value_lens;   // may be null
+  std::uint32_t key_width;
+  std::uint32_t value_width;
+  std::uint32_t value_stride;
+
+  GPUKV_HD_INLINE OpKind kind(std::uint64_t i) const { return static_cast<OpKind>(ops[i]); }
+  GPUKV_HD_INLINE const std::uint8_t* key(std::uint64_t i) const { return keys + i * key_width; }
+  GPUKV_HD_INLINE const std::uint64_t* value_words(std::uint64_t i) const {
+    return reinterpret_cast<const std::uint64_t*>(values + i * value_stride);
+  }
+  GPUKV_HD_INLINE std::uint64_t* out_value_words(std::uint64_t i) const {
+    return reinterpret_cast<std::uint64_t*>(out_values + i * value_stride);
+  }
+  GPUKV_HD_INLINE void set_status(std::uint64_t i, OpStatus s) const { status[i] = static_cast<std::uint8_t>(s); }
+
+  // A malformed op is answered kInvalid and touches nothing.
+  GPUKV_HD_INLINE bool valid(std::uint64_t i) const {
+    const std::uint8_t op = ops[i];
+    if (op >= kOpKindCount || key_lens[i] > key_width) return false;
+    const bool writes = op == static_cast<std::uint8_t>(OpKind::kPut) ||
+                        op == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
+    return !writes || (values != nullptr && value_lens != nullptr && value_lens[i] <= value_width);
+  }
+};
+
+// Table-wide counters in device (or host) memory, updated with atomics.
+struct Counters {
+  unsigned long long items;       // live keys, including keys being written in the current pass
+  unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions
+  unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
+  unsigned long long fresh;       // this pass: slots deleted (BUSY until the pass retires them)
+  unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
+};
+
+// What one thread changed, summed over its share of a pass and added to the Counters once.
+struct Tally {
+  long long items = 0;
+  long long tombstones = 0;
+};
+
+// Sentinel in group_of[] for an op rejected as malformed.
+inline constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
+
+// A pass's scratch. See batch_groups.hpp for `groups`.
+struct PassRef {
+  std::uint64_t* groups;       // grouping table, group_mask + 1 entries
+  std::uint64_t group_mask;
+  std::uint32_t* group_of;     // op -> grouping table entry
+  std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
+  std::uint64_t* fresh;        // slots deleted in this pass
+  Counters* counters;
+  std::uint64_t max_items;
+  bool checked;                // reserve each new key against max_items (the pass may fill the table)
+};
+
+}  // namespace gpukv::detail

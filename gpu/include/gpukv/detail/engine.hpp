@@ -1,0 +1,208 @@
+// The per-key algorithm: the one copy of the table's logic, run by CUDA threads and by host threads alike.
+//
+// run_key() executes, in batch order, every op of one key in the current pass. It touches the table at most
+// three times whatever the number of ops: one probe (locate), at most one claim of a new slot, and one
+// commit. In between, the ops are applied to a small state in registers (present? whose value?), so a hot
+// key that appears thousands of times in a batch costs one probe, and intermediate values are never written.
+//
+// Invariants that make concurrent ops on different keys safe:
+//  * A key lives in at most one slot, and only the thread running that key changes it in a pass.
+//  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
+//    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
+//    unit keeps every key reachable.
+//  * A slot's key bytes are written only while its ticket is BUSY, and become visible with a release on the
+//    board (publish); readers acquire the board word before comparing keys. A slot deleted in this pass stays
+//    BUSY until the pass ends, so no other thread can reuse it and rewrite its key while a reader that saw the
+//    old FULL ticket compares against it. So a lookup never sees a half-written key or value.
+#pragma once
+
+#include <cstdint>
+
+#include "gpukv/detail/batch_ref.hpp"
+#include "gpukv/detail/hd.hpp"
+#include "gpukv/detail/key_hash.hpp"
+#include "gpukv/detail/table_ref.hpp"
+
+namespace gpukv::detail {
+
+// Where a key is, or where its insert may begin.
+struct Location {
+  bool hit = false;
+  std::uint64_t slot = 0;        // valid if hit
+  bool can_claim = false;        // an available ticket was seen on the probe sequence
+  std::uint64_t claim_unit = 0;  // the first unit where one was seen
+  std::uint64_t claim_probe = 0; // its position in the probe sequence
+};
+
+template <class Ref>
+struct Engine {
+  using Codec = typename Ref::Codec;
+
+  Ref table;
+  BatchRef batch;
+  PassRef pass;
+
+  // Walks the probe sequence until the key is found or a unit with an EMPTY ticket ends it.
+  GPUKV_HD Location locate(const KeyWords& key, const ProbePlan& plan, std::uint64_t code) const {
+    Location at;
+    std::uint64_t unit = plan.first;
+    for (std::uint64_t probe = 0; probe < table.units; ++probe) {
+      const std::uint64_t word = table.word_of(unit);
+      const std::uint64_t lanes = table.lanes_of(unit);
+      const std::uint64_t tickets = table.board.load(word);
+      for (std::uint64_t m = Codec::match(tickets, code) & lanes; m != 0; m &= m - 1) {
+        const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
+        if (table.key_equals(slot, key)) {
+          at.hit = true;
+          at.slot = slot;
+          return at;
+        }
+      }
+      if (!at.can_claim && (Codec::available(tickets) & lanes) != 0) {
+        at.can_claim = true;
+        at.claim_unit = unit;
+        at.claim_probe = probe;
+      }
+      if ((Codec::empty(tickets) & lanes) != 0) return at;
+      unit = next_unit(unit, plan.step, table.units);
+    }
+    return at;
+  }
+
+  // Claims the first available ticket from where locate() saw one. Returns false if none is left.
+  GPUKV_HD bool claim(const Location& at, const ProbePlan& plan, std::uint64_t& slot, Tally& tally) const {
+    if (!at.can_claim) return false;
+    std::uint64_t unit = at.claim_unit;
+    for (std::uint64_t probe = at.claim_probe; probe < table.units; ++probe) {
+      const std::uint64_t word = table.word_of(unit);
+      const std::uint64_t lanes = table.lanes_of(unit);
+      std::uint64_t tickets = table.board.load(word);
+      for (std::uint64_t open = Codec::available(tickets) & lanes; open != 0;
+           open = Codec::available(tickets) & lanes) {
+        const int field = Codec::field_of(open);
+        const std::uint64_t code = Codec::field_code(tickets, field);
+        if (table.board.claim(word, field, tickets)) {  // refreshes `tickets` when it fails
+          if (code == Codec::kTombstone) tally.tombstones -= 1;
+          slot = Ref::slot_of(word, field);
+          return true;
+        }
+      }
+      unit = next_unit(unit, plan.step, table.units);
+    }
+    return false;
+  }
+
+  // Counts a new key against max_items. Unchecked passes cannot overflow (the host saw room for every op).
+  GPUKV_HD bool reserve(Tally& tally) const {
+    if (!pass.checked) {
+      tally.items += 1;
+      return true;
+    }
+    atomic_ref<unsigned long long> items(pass.counters->items);
+    if (items.fetch_add(1, memory_order_relaxed) < pass.max_items) return true;
+    items.fetch_sub(1, memory_order_relaxed);
+    return false;
+  }
+  GPUKV_HD void unreserve(Tally& tally) const {
+    if (pass.checked) {
+      atomic_ref<unsigned long long>(pass.counters->items).fetch_sub(1, memory_order_relaxed);
+    } else {
+      tally.items -= 1;
+    }
+  }
+
+  // A slot deleted in this pass stays BUSY until RetireFresh turns it into a TOMBSTONE after the pass.
+  GPUKV_HD void retire_later(std::uint64_t slot) const {
+    const auto index = atomic_ref<unsigned long long>(pass.counters->fresh).fetch_add(1, memory_order_relaxed);
+    pass.fresh[index] = slot;
+  }
+
+  GPUKV_HD void write_get(std::uint64_t op, std::uint64_t slot, long long source) const {
+    if (batch.out_values == nullptr) return;
+    const std::uint32_t len = source < 0 ? *table.value_len(slot) : batch.value_lens[source];
+    const std::uint64_t* from = source < 0 ? table.value_words_at(slot) : batch.value_words(source);
+    copy_value(batch.out_value_words(op), from, len);
+    if (batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
+  }
+
+  GPUKV_HD void store_value(std::uint64_t slot, std::uint64_t source) const {
+    const std::uint32_t len = batch.value_lens[source];
+    *table.value_len(slot) = len;
+    copy_value(table.value_words_at(slot), batch.value_words(source), len);
+  }
+
+  // Runs the ops of one key, in order. `ops.next(i)` yields the op indices; all of them carry this key.
+  template <class Ops>
+  GPUKV_HD void run_key(const KeyWords& key, std::uint64_t hash, Ops ops, Tally& tally) const {
+    const ProbePlan plan = plan_probe(hash, table.units);
+    const std::uint64_t code = Codec::info_code(plan.info);
+    const Location at = locate(key, plan, code);
+
+    std::uint64_t slot = at.slot;
+    bool have_slot = at.hit;  // a slot that holds, or will hold, this key
+    bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
+    bool present = at.hit;
+    long long source = -1;    // op whose value is current; -1 = the value stored in the slot
+
+    std::uint64_t op;
+    while (ops.next(op)) {
+      switch (batch.kind(op)) {
+        case OpKind::kGet:
+          if (present) write_get(op, slot, source);
+          batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);
+          break;
+        case OpKind::kPutIfAbsent:
+          if (present) {
+            batch.set_status(op, OpStatus::kExists);
+            break;
+          }
+          [[fallthrough]];
+        case OpKind::kPut:
+          if (!have_slot) {
+            if (!reserve(tally)) {
+              batch.set_status(op, OpStatus::kFull);
+              break;
+            }
+            if (!claim(at, plan, slot, tally)) {
+              unreserve(tally);
+              batch.set_status(op, OpStatus::kFull);
+              break;
+            }
+            have_slot = claimed = true;
+          }
+          present = true;
+          source = static_cast<long long>(op);
+          batch.set_status(op, OpStatus::kOk);
+          break;
+        case OpKind::kDelete:
+          batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);
+          present = false;
+          break;
+      }
+    }
+
+    // Commit: the final state of the key reaches the table once.
+    const std::uint64_t word = slot / Codec::kPerWord;
+    const int field = static_cast<int>(slot % Codec::kPerWord);
+    if (claimed) {
+      if (present) {
+        table.store_key(slot, key);
+        store_value(slot, static_cast<std::uint64_t>(source));
+        table.board.flip(word, field, Codec::kBusy, code, /*publish=*/true);
+      } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
+        retire_later(slot);
+        tally.items -= 1;
+      }
+    } else if (at.hit) {
+      if (present) {
+        if (source >= 0) store_value(slot, static_cast<std::uint64_t>(source));
+      } else {
+        table.board.flip(word, field, code, Codec::kBusy, /*publish=*/false);
+        retire_later(slot);
+        tally.items -= 1;
+      }
+    }
+  }
+};
+
+}  // namespace gpukv::detail

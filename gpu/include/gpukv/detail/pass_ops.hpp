@@ -1,0 +1,140 @@
+// The steps of one pass, each a per-item function object `f(i, tally)`. A CUDA kernel runs one as a thin
+// grid-stride loop; the CPU backend runs the same object from its worker threads. Order within a pass:
+//
+//   GroupOp        every op: validate, hash its key, enter it in the grouping table
+//   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
+//   (sort the deferred ops by (group entry, op index))
+//   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
+//   RetireFresh    every slot deleted in this pass: BUSY -> TOMBSTONE
+#pragma once
+
+#include <cstdint>
+
+#include "gpukv/detail/batch_groups.hpp"
+#include "gpukv/detail/engine.hpp"
+
+namespace gpukv::detail {
+
+template <class Ref>
+GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std::uint64_t op) {
+  return load_key(batch.key(op), batch.key_lens[op], table.key_words);
+}
+
+template <class Ref>
+struct GroupOp {
+  Engine<Ref> e;
+  GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
+    if (!e.batch.valid(op)) {
+      e.batch.set_status(op, OpStatus::kInvalid);
+      e.pass.group_of[op] = kNoGroup;
+      return;
+    }
+    const KeyWords key = batch_key(e.table, e.batch, op);
+    e.pass.group_of[op] = group_insert(e.pass.groups, e.pass.group_mask, hash_key(key, e.table.key_words));
+  }
+};
+
+// Yields exactly one op.
+struct OneOp {
+  std::uint64_t op;
+  bool done = false;
+  GPUKV_HD_INLINE bool next(std::uint64_t& out) {
+    if (done) return false;
+    out = op;
+    done = true;
+    return true;
+  }
+};
+
+template <class Ref>
+struct ExecuteOp {
+  Engine<Ref> e;
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+    const std::uint32_t entry = e.pass.group_of[op];
+    if (entry == kNoGroup) return;
+    if (group_count(e.pass.groups, entry) == 1) {
+      const KeyWords key = batch_key(e.table, e.batch, op);
+      e.run_key(key, hash_key(key, e.table.key_words), OneOp{op}, tally);
+      return;
+    }
+    const auto slot = atomic_ref<unsigned long long>(e.pass.counters->conflicts).fetch_add(1, memory_order_relaxed);
+    e.pass.conflicts[slot] = (std::uint64_t{entry} << 32) | op;
+  }
+};
+
+GPUKV_HD_INLINE std::uint32_t deferred_entry(std::uint64_t v) { return static_cast<std::uint32_t>(v >> 32); }
+GPUKV_HD_INLINE std::uint64_t deferred_op(std::uint64_t v) { return v & 0xFFFFFFFFu; }
+
+// Yields, in order, the ops of sorted[begin, end) whose key equals `key`.
+template <class Ref>
+struct SameKeyOps {
+  const Ref* table;
+  const BatchRef* batch;
+  const std::uint64_t* sorted;
+  std::uint64_t at;
+  std::uint64_t end;
+  KeyWords key;
+  GPUKV_HD bool next(std::uint64_t& out) {
+    for (; at < end; ++at) {
+      const std::uint64_t op = deferred_op(sorted[at]);
+      if (keys_equal(batch_key(*table, *batch, op), key, table->key_words)) {
+        out = op;
+        ++at;
+        return true;
+      }
+    }
+    return false;
+  }
+  GPUKV_HD_INLINE static bool keys_equal(const KeyWords& a, const KeyWords& b, std::uint32_t words) {
+    bool equal = a.len == b.len;
+GPUKV_UNROLL
+    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+      if (j < words) equal &= a.w[j] == b.w[j];
+    }
+    return equal;
+  }
+};
+
+// Runs a group entry's deferred ops: the thread at the entry's first position does all of them, one key at
+// a time (an entry almost always holds one key; several only if their hashes share a tag).
+template <class Ref>
+struct ExecuteSegment {
+  Engine<Ref> e;
+  std::uint64_t count;  // deferred ops, sorted
+  GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
+    const std::uint64_t* sorted = e.pass.conflicts;
+    const std::uint32_t entry = deferred_entry(sorted[begin]);
+    if (begin > 0 && deferred_entry(sorted[begin - 1]) == entry) return;
+    std::uint64_t end = begin + 1;
+    while (end < count && deferred_entry(sorted[end]) == entry) ++end;
+
+    for (std::uint64_t first = begin; first < end; ++first) {
+      const KeyWords key = batch_key(e.table, e.batch, deferred_op(sorted[first]));
+      bool seen = false;  // ran already as part of an earlier key of this entry
+      for (std::uint64_t j = begin; j < first && !seen; ++j) {
+        seen = SameKeyOps<Ref>::keys_equal(batch_key(e.table, e.batch, deferred_op(sorted[j])), key,
+                                           e.table.key_words);
+      }
+      if (seen) continue;
+      e.run_key(key, hash_key(key, e.table.key_words), SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key},
+                tally);
+    }
+  }
+};
+
+template <class Ref>
+struct RetireFresh {
+  Ref table;
+  const std::uint64_t* fresh;
+  const Counters* counters;
+  GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
+    if (i >= counters->fresh) return;  // launched for an upper bound of the pass's deletions
+    using Codec = typename Ref::Codec;
+    const std::uint64_t slot = fresh[i];
+    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
+                     Codec::kTombstone, /*publish=*/false);
+    tally.tombstones += 1;
+  }
+};
+
+}  // namespace gpukv::detail

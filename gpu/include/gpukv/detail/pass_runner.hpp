@@ -1,0 +1,130 @@
+// The host side of a pass and of a clean-up, written once for both backends. An Executor supplies the few
+// primitives that differ between a GPU and a pool of host threads:
+//
+//   for_each(n, f)          run f(i, tally) for i in [0, n), then add every thread's tally to the counters
+//   zero(p, bytes)          clear scratch
+//   sort(keys, n)           sort 64-bit keys ascending
+//   read_counters()         wait for all submitted work, return the counters
+//   write_counters(c)       set the counters (ordered after submitted work)
+//   allocate(bytes)         scratch for clean-up; an object with data(), empty() on failure
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+
+#include "gpukv/detail/cleanup.hpp"
+#include "gpukv/detail/pass_ops.hpp"
+#include "gpukv/types.hpp"
+
+namespace gpukv::detail {
+
+// Scratch for one pass of up to max_ops operations.
+struct PassScratch {
+  std::uint64_t* groups;     // group_entries(max_ops) entries
+  std::uint32_t* group_of;   // max_ops
+  std::uint64_t* conflicts;  // max_ops
+  std::uint64_t* fresh;      // max_ops
+  Counters* counters;
+};
+
+// Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
+inline std::uint64_t group_entries(std::uint64_t n) { return std::bit_ceil(std::max<std::uint64_t>(64, 2 * n)); }
+
+struct PassStats {
+  std::uint64_t passes = 0;
+  std::uint64_t conflict_ops = 0;
+  std::uint64_t cleanups = 0;
+  std::uint64_t cleanups_skipped = 0;  // clean-ups that found no memory for the displaced keys
+};
+
+template <class Ref, class Exec>
+class PassRunner {
+ public:
+  PassRunner(Ref table, Exec& exec, PassScratch scratch, std::uint64_t max_items, std::uint64_t cleanup_tombstones)
+      : table_(table),
+        exec_(exec),
+        scratch_(scratch),
+        max_items_(max_items),
+        cleanup_step_(std::max<std::uint64_t>(1, cleanup_tombstones)),
+        next_cleanup_(cleanup_step_) {}
+
+  // Executes one pass (batch.size <= the scratch's max_ops). Returns when every result is written.
+  void run(const BatchRef& batch) {
+    const std::uint64_t n = batch.size;
+    if (n == 0) return;
+    const std::uint64_t entries = group_entries(n);
+    exec_.zero(scratch_.groups, entries * sizeof(std::uint64_t));
+    known_.conflicts = 0;
+    known_.fresh = 0;
+    exec_.write_counters(known_);
+
+    // If every op of the pass could insert a new key and still fit, no op needs to reserve room atomically.
+    const PassRef pass{scratch_.groups, entries - 1, scratch_.group_of, scratch_.conflicts, scratch_.fresh,
+                       scratch_.counters, max_items_, known_.items + n > max_items_};
+    const Engine<Ref> engine{table_, batch, pass};
+    exec_.for_each(n, GroupOp<Ref>{engine});
+    exec_.for_each(n, ExecuteOp<Ref>{engine});
+    known_ = exec_.read_counters();
+
+    const std::uint64_t deferred = known_.conflicts;
+    if (deferred != 0) {
+      exec_.sort(scratch_.conflicts, deferred);
+      exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
+    }
+    // The ordered phase may delete up to one slot per deferred op, so retire up to that many more.
+    const std::uint64_t fresh_bound = known_.fresh + deferred;
+    if (fresh_bound != 0) exec_.for_each(fresh_bound, RetireFresh<Ref>{table_, scratch_.fresh, scratch_.counters});
+    if (deferred != 0 || fresh_bound != 0) known_ = exec_.read_counters();
+
+    stats_.passes += 1;
+    stats_.conflict_ops += deferred;
+    if (known_.tombstones >= next_cleanup_ && !cleanup()) {
+      stats_.cleanups_skipped += 1;
+      next_cleanup_ = known_.tombstones + cleanup_step_;  // try again once as many more have piled up
+    }
+  }
+
+  // Removes every tombstone and re-places displaced keys. Returns false (the table unchanged) if the
+  // scratch for the displaced keys could not be allocated.
+  bool cleanup() {
+    const CleanupWord<Ref> word{table_};
+    const std::uint64_t words = (table_.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
+    known_.fresh = 0;
+    exec_.write_counters(known_);
+    exec_.for_each(words, CleanupCount<Ref>{word, scratch_.counters});
+    const std::uint64_t displaced = exec_.read_counters().fresh;
+
+    auto buffer = exec_.allocate(displaced * table_.slot_stride);
+    if (displaced != 0 && buffer.empty()) return false;
+    known_.fresh = 0;
+    exec_.write_counters(known_);
+    exec_.for_each(words, CleanupExtract<Ref>{word, buffer.data(), scratch_.counters});
+    exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), scratch_.counters});
+    known_ = exec_.read_counters();
+    if (known_.lost != 0 || known_.fresh != displaced) {
+      throw Error(Error::Code::kInternal, "tombstone clean-up could not re-place every key");
+    }
+    known_.tombstones = 0;
+    known_.fresh = 0;
+    exec_.write_counters(known_);
+    stats_.cleanups += 1;
+    next_cleanup_ = cleanup_step_;
+    return true;
+  }
+
+  const Counters& counters() const { return known_; }
+  const PassStats& stats() const { return stats_; }
+
+ private:
+  Ref table_;
+  Exec& exec_;
+  PassScratch scratch_;
+  std::uint64_t max_items_;
+  std::uint64_t cleanup_step_;  // tombstones that trigger a clean-up
+  std::uint64_t next_cleanup_;
+  Counters known_{};  // the counters as of the end of the last pass
+  PassStats stats_;
+};
+
+}  // namespace gpukv::detail

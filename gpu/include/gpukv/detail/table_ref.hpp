@@ -1,0 +1,102 @@
+// The table as the per-operation code sees it: a small, trivially copyable handle (cuco's *_ref) that kernels
+// take by value and host threads share. It owns nothing.
+//
+// Slots: one per ticket, `slot_stride` bytes each, in the same order as the tickets:
+//
+//   | key_len u32 | value_len u32 | key: key_width bytes | value: value_stride bytes |
+//
+// Key and value are zero-padded past their lengths. The two lengths sit in separate 32-bit fields because
+// they have different writers: key_len (with the key) is written only while the ticket is BUSY, value_len
+// (with the value) also by an in-place overwrite that other threads' key comparisons must not race with.
+//
+// Probe units: the probe sequence runs over `units` (a prime) with double hashing. With Probing::kGroup a unit
+// is one board word, all of its tickets matched in one load; with Probing::kSingle a unit is one ticket.
+#pragma once
+
+#include <cstdint>
+
+#include "gpukv/detail/hd.hpp"
+#include "gpukv/detail/key_hash.hpp"
+#include "gpukv/detail/ticket_board.hpp"
+#include "gpukv/types.hpp"
+
+namespace gpukv::detail {
+
+inline constexpr std::uint32_t kSlotHeaderBytes = 8;
+
+template <int Bits, Probing P>
+struct TableRef {
+  using Codec = TicketCodec<Bits>;
+  static constexpr Probing kProbing = P;
+
+  Board<Bits> board;
+  std::uint8_t* slots;
+  std::uint64_t units;         // prime
+  std::uint64_t capacity;      // slots that can hold keys
+  std::uint32_t key_words;     // key_width / 8
+  std::uint32_t value_stride;  // value bytes per slot, a multiple of 8
+  std::uint32_t slot_stride;   // kSlotHeaderBytes + 8 * key_words + value_stride
+
+  GPUKV_HD_INLINE std::uint64_t word_of(std::uint64_t unit) const {
+    if constexpr (P == Probing::kGroup) {
+      return unit;
+    } else {
+      return unit / Codec::kPerWord;
+    }
+  }
+  // Top bits of the fields that belong to `unit` within its word.
+  GPUKV_HD_INLINE std::uint64_t lanes_of(std::uint64_t unit) const {
+    if constexpr (P == Probing::kGroup) {
+      return Codec::kTopBits;
+    } else {
+      return std::uint64_t{1} << ((unit % Codec::kPerWord) * Bits + Bits - 1);
+    }
+  }
+  GPUKV_HD_INLINE static std::uint64_t slot_of(std::uint64_t word, int field) {
+    return word * Codec::kPerWord + static_cast<std::uint64_t>(field);
+  }
+
+  GPUKV_HD_INLINE std::uint8_t* slot(std::uint64_t index) const { return slots + index * slot_stride; }
+  GPUKV_HD_INLINE std::uint32_t* key_len(std::uint64_t index) const {
+    return reinterpret_cast<std::uint32_t*>(slot(index));
+  }
+  GPUKV_HD_INLINE std::uint32_t* value_len(std::uint64_t index) const {
+    return reinterpret_cast<std::uint32_t*>(slot(index)) + 1;
+  }
+  GPUKV_HD_INLINE std::uint64_t* key_words_at(std::uint64_t index) const {
+    return reinterpret_cast<std::uint64_t*>(slot(index) + kSlotHeaderBytes);
+  }
+  GPUKV_HD_INLINE std::uint64_t* value_words_at(std::uint64_t index) const {
+    return key_words_at(index) + key_words;
+  }
+
+  GPUKV_HD_INLINE bool key_equals(std::uint64_t index, const KeyWords& k) const {
+    if (*key_len(index) != k.len) return false;
+    const std::uint64_t* stored = key_words_at(index);
+    bool equal = true;
+GPUKV_UNROLL
+    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+      if (j < key_words) equal &= stored[j] == k.w[j];
+    }
+    return equal;
+  }
+
+  GPUKV_HD_INLINE void store_key(std::uint64_t index, const KeyWords& k) const {
+    *key_len(index) = k.len;
+    std::uint64_t* stored = key_words_at(index);
+GPUKV_UNROLL
+    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+      if (j < key_words) stored[j] = k.w[j];
+    }
+  }
+};
+
+// Copies a value of `len` bytes between 8-byte aligned buffers, zeroing the bytes of its last word past the
+// length so that stored and returned values are always clean.
+GPUKV_HD_INLINE void copy_value(std::uint64_t* dst, const std::uint64_t* src, std::uint32_t len) {
+  const std::uint32_t full = len / 8;
+  for (std::uint32_t j = 0; j < full; ++j) dst[j] = src[j];
+  if (len % 8 != 0) dst[full] = src[full] & byte_mask(len % 8);
+}
+
+}  // namespace gpukv::detail

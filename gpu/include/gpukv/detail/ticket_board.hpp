@@ -1,0 +1,111 @@
+// The ticket-board: one ticket of B bits (B = 2, 4 or 8) per slot, packed into 64-bit words, kept apart
+// from the slots and changed only by atomics on its words (Stadium Hashing, section III).
+//
+// A ticket is a small code rather than separate flag bits, so that every width can express the four states
+// a concurrent table with deletes needs, and the rest of the code space carries info derived from the key:
+//
+//   0        EMPTY      never used since the last clean-up; a lookup that meets one stops
+//   1        BUSY       claimed by a writer that has not published yet, or deleted in the current pass;
+//                       lookups pass over it and inserts may not take it (the Stash access bit)
+//   2        TOMBSTONE  deleted in an earlier pass; lookups pass over it, inserts reuse it
+//   3..2^B-1 FULL       holds a key whose info code is this value (2^B - 3 codes: 1, 13 or 253)
+//
+// A code of 3..2^B-1 is the paper's "availability bit cleared plus info bits", with more info values for the
+// same bits: the chance that a foreign key's ticket matches is 1/(2^B - 3) rather than 1/2^(B-1).
+//
+//   board word (B = 8):  | t7 | t6 | t5 | t4 | t3 | t2 | t1 | t0 |    ticket i of the word is bits [8i, 8i+8)
+//
+// Matching is SWAR: XOR the word with the wanted code broadcast to every field and find the zero fields,
+// all tickets of a word in a handful of integer instructions (SwissTable compares its control bytes the same
+// way). The zero-field test below is exact (no false positives from borrows), so match masks can be iterated.
+#pragma once
+
+#include <cstdint>
+
+#include "gpukv/detail/hd.hpp"
+
+namespace gpukv::detail {
+
+template <int Bits>
+struct TicketCodec {
+  static_assert(Bits == 2 || Bits == 4 || Bits == 8, "a ticket needs at least 2 bits for its 4 states");
+
+  static constexpr int kBits = Bits;
+  static constexpr int kPerWord = 64 / Bits;
+  static constexpr std::uint64_t kFieldMask = (std::uint64_t{1} << Bits) - 1;
+
+  static constexpr std::uint64_t kEmpty = 0;
+  static constexpr std::uint64_t kBusy = 1;
+  static constexpr std::uint64_t kTombstone = 2;
+  static constexpr std::uint64_t kFirstFull = 3;
+  static constexpr std::uint32_t kFullCodes = (1u << Bits) - 3;
+
+  static constexpr std::uint64_t broadcast(std::uint64_t field) {
+    std::uint64_t word = 0;
+    for (int i = 0; i < kPerWord; ++i) word |= field << (i * Bits);
+    return word;
+  }
+  static constexpr std::uint64_t kLowBits = broadcast(kFieldMask >> 1);     // all but each field's top bit
+  static constexpr std::uint64_t kTopBits = broadcast(std::uint64_t{1} << (Bits - 1));
+  static constexpr std::uint64_t kNotTombstoneBit = broadcast(kFieldMask & ~kTombstone);
+
+  // The top bit of every field of x that is zero. Exact: adding kLowBits to the low bits cannot carry out of
+  // a field, so one field never disturbs its neighbour.
+  GPUKV_HD_INLINE static std::uint64_t zero_fields(std::uint64_t x) {
+    return ~(((x & kLowBits) + kLowBits) | x) & kTopBits;
+  }
+  GPUKV_HD_INLINE static std::uint64_t match(std::uint64_t word, std::uint64_t code) {
+    return zero_fields(word ^ (code * broadcast(1)));
+  }
+  GPUKV_HD_INLINE static std::uint64_t empty(std::uint64_t word) { return zero_fields(word); }
+  // EMPTY or TOMBSTONE: the codes that differ only in the tombstone bit.
+  GPUKV_HD_INLINE static std::uint64_t available(std::uint64_t word) {
+    return zero_fields(word & kNotTombstoneBit);
+  }
+  // Ticket index within its word of a field flagged in a mask from the functions above.
+  GPUKV_HD_INLINE static int field_of(std::uint64_t mask) { return count_trailing_zeros(mask) / Bits; }
+  GPUKV_HD_INLINE static std::uint64_t field_code(std::uint64_t word, int field) {
+    return (word >> (field * Bits)) & kFieldMask;
+  }
+  GPUKV_HD_INLINE static std::uint64_t info_code(std::uint32_t info) {
+    return kFirstFull + static_cast<std::uint32_t>((std::uint64_t{info} * kFullCodes) >> 32);
+  }
+};
+
+// Board operations. Every change to a ticket is one atomic on its word; a plain store never touches a word
+// that other threads may change.
+template <int Bits>
+struct Board {
+  using Codec = TicketCodec<Bits>;
+  std::uint64_t* words;
+
+  // Acquire: a FULL ticket seen here guarantees its slot's key is visible (paired with publish()).
+  GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
+    return atomic_ref<std::uint64_t>(words[word]).load(memory_order_acquire);
+  }
+
+  // Turns an EMPTY or TOMBSTONE ticket into BUSY. `seen` is the caller's latest view of the word and is
+  // refreshed when the word changed underneath; returns false if the ticket was no longer available.
+  GPUKV_HD_INLINE bool claim(std::uint64_t word, int field, std::uint64_t& seen) const {
+    const int shift = field * Bits;
+    const std::uint64_t code = (seen >> shift) & Codec::kFieldMask;
+    const std::uint64_t desired = (seen & ~(Codec::kFieldMask << shift)) | (Codec::kBusy << shift);
+    return (code == Codec::kEmpty || code == Codec::kTombstone) &&
+           atomic_ref<std::uint64_t>(words[word]).compare_exchange_strong(seen, desired, memory_order_relaxed);
+  }
+
+  // Changes a ticket this thread owns from one known code to another. XOR touches no other ticket and needs
+  // no retry; the caller's ownership (BUSY, or the only thread that may change this key) makes it safe.
+  GPUKV_HD_INLINE void flip(std::uint64_t word, int field, std::uint64_t from, std::uint64_t to,
+                            bool publish) const {
+    const std::uint64_t delta = (from ^ to) << (field * Bits);
+    atomic_ref<std::uint64_t> ref(words[word]);
+    if (publish) {
+      ref.fetch_xor(delta, memory_order_release);  // the slot's bytes become visible with the ticket
+    } else {
+      ref.fetch_xor(delta, memory_order_relaxed);
+    }
+  }
+};
+
+}  // namespace gpukv::detail

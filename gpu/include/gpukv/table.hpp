@@ -1,0 +1,66 @@
+// gpukv::Table: a key-value table on a GPU (or, without one, on host threads) that executes batches of mixed
+// GET / PUT / PUT_IF_ABSENT / DELETE operations in one pass.
+//
+//   gpukv::TableConfig config;           // key/value widths, capacity, ticket size, max load factor...
+//   gpukv::Table table(config);          // picks the GPU when present (config.backend = kAuto)
+//   table.execute(batch_in, batch_out);  // synchronous; results in batch order
+//
+// Semantics of a batch: operations on different keys run concurrently; operations on the same key take
+// effect in batch order; every operation gets a status (types.hpp). A write that finds no room reports
+// kFull and changes nothing; a malformed operation reports kInvalid and changes nothing.
+//
+// The algorithm, its invariants and the ticket-board layout are described in detail/engine.hpp and
+// detail/ticket_board.hpp.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "gpukv/types.hpp"
+
+namespace gpukv {
+
+namespace detail {
+class Backend;
+}
+
+class Table {
+ public:
+  // Throws Error: kInvalidArgument for a bad setting, kNoDevice if the GPU backend is asked for and none is
+  // present, kOutOfMemory if the table does not fit.
+  explicit Table(const TableConfig& config);
+  ~Table();
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+
+  // Executes a batch held in host memory, of any size (batches beyond config.max_batch run as consecutive
+  // passes, in order). Thread-safe: concurrent calls are serialised.
+  void execute(const BatchIn& in, const BatchOut& out);
+
+  // As execute(), with every column in GPU memory (GPU backend only): for in-process GPU users and the
+  // benchmark, which time the table without host-device copies.
+  void execute_on_device(const BatchIn& in, const BatchOut& out);
+
+  // Runs the tombstone clean-up now (it also runs automatically). Returns false if it could not get memory.
+  bool cleanup();
+
+  TableStats stats() const;
+  BackendKind backend() const { return backend_; }
+  std::string device_name() const;
+  const TableConfig& config() const { return config_; }
+  std::uint32_t value_stride() const { return gpukv::value_stride(config_.value_width); }
+
+  // True if a CUDA device is usable by this build.
+  static bool gpu_available();
+
+ private:
+  void run(const BatchIn& in, const BatchOut& out, bool on_device);
+
+  TableConfig config_;
+  BackendKind backend_;
+  mutable std::mutex mutex_;  // serialises passes: batches take effect in call order
+  std::unique_ptr<detail::Backend> impl_;
+};
+
+}  // namespace gpukv

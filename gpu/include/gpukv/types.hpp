@@ -1,0 +1,114 @@
+// Public vocabulary of the gpukv table: operations, per-operation results, the table's settings and the
+// column layout of a batch. Nothing here depends on CUDA, so the server and tests include it freely.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace gpukv {
+
+// What one operation of a batch asks for. The values are part of the batch format (one byte per op).
+enum class OpKind : std::uint8_t {
+  kGet = 0,          // read the value of a key
+  kPut = 1,          // insert the key, or overwrite its value if present
+  kPutIfAbsent = 2,  // insert the key only if it is absent
+  kDelete = 3,       // remove the key
+};
+inline constexpr std::uint8_t kOpKindCount = 4;
+
+// The outcome of one operation. A miss is a result, not an error.
+enum class OpStatus : std::uint8_t {
+  kOk = 0,        // done; a GET also wrote the value
+  kNotFound = 1,  // GET or DELETE of an absent key
+  kExists = 2,    // PUT_IF_ABSENT of a present key; nothing changed
+  kFull = 3,      // a write of a new key found no room; nothing changed
+  kInvalid = 4,   // malformed operation (unknown kind, key or value too long); nothing changed
+};
+
+const char* to_string(OpKind kind);
+const char* to_string(OpStatus status);
+
+// Where the table runs. kAuto picks the GPU when one is present and the CPU otherwise.
+enum class BackendKind : std::uint8_t { kAuto, kCpu, kGpu };
+
+// How a probe visits the ticket-board. kGroup reads one 64-bit word of tickets per probe and matches all of
+// them at once (SwissTable-style); kSingle visits one ticket per probe, as Stadium Hashing describes it.
+enum class Probing : std::uint8_t { kGroup, kSingle };
+
+// How the GPU schedules the lanes of a warp. kAuto switches from kStash to kClStash once the table's load
+// passes TableConfig::clstash_load (the hybrid); the CPU backend ignores this.
+enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash };
+
+const char* to_string(BackendKind kind);
+const char* to_string(Probing probing);
+const char* to_string(LaneMode mode);
+
+struct TableConfig {
+  std::uint32_t key_width = 8;         // bytes: 8, 16 or 32
+  std::uint32_t value_width = 8;       // bytes: 8 .. kMaxValueWidth
+  std::uint64_t capacity = 1 << 20;    // slots asked for; the table rounds up to a prime number of probe units
+  std::uint32_t ticket_bits = 8;       // ticket size on the board: 2, 4 or 8 bits (see ticket_board.hpp)
+  double max_load_factor = 0.95;       // live keys / capacity beyond which new keys get kFull
+  double cleanup_tombstones = 0.10;    // tombstones / capacity that triggers the parallel clean-up
+  Probing probing = Probing::kGroup;
+  BackendKind backend = BackendKind::kAuto;
+  LaneMode lanes = LaneMode::kAuto;
+  double clstash_load = 0.80;          // hybrid switch point, measured by bench/table_bench (RESULTS.md)
+  std::uint32_t max_batch = 1 << 20;   // ops per device pass; larger batches run as consecutive passes
+  unsigned cpu_threads = 0;            // CPU backend worker threads; 0 = hardware concurrency
+  int gpu_device = 0;                  // CUDA device ordinal for the GPU backend
+};
+
+inline constexpr std::uint32_t kMaxValueWidth = 64 * 1024;
+
+// Bytes between consecutive keys / values in a batch's columns. Values are padded to 8 bytes so that every
+// value starts on an 8-byte boundary.
+constexpr std::uint32_t value_stride(std::uint32_t value_width) { return (value_width + 7u) & ~7u; }
+
+// A batch of operations as columns. Operation i has kind ops[i], key bytes keys[i*key_width ..+key_lens[i]]
+// and, for writes, value bytes values[i*value_stride ..+value_lens[i]]. Bytes past a key's or value's length
+// are ignored. All pointers must be 8-byte aligned. values/value_lens may be null if the batch has no writes.
+struct BatchIn {
+  std::size_t size = 0;
+  const std::uint8_t* ops = nullptr;
+  const std::uint8_t* keys = nullptr;
+  const std::uint8_t* key_lens = nullptr;
+  const std::uint8_t* values = nullptr;
+  const std::uint32_t* value_lens = nullptr;
+};
+
+// Per-operation results, same order as the batch. A GET with kOk wrote its value at
+// values[i*value_stride] (zero-padded to the stride) and its length at value_lens[i]. values/value_lens
+// may be null if the caller does not want GET values.
+struct BatchOut {
+  std::uint8_t* status = nullptr;  // OpStatus codes
+  std::uint8_t* values = nullptr;
+  std::uint32_t* value_lens = nullptr;
+};
+
+struct TableStats {
+  std::uint64_t items = 0;            // live keys
+  std::uint64_t tombstones = 0;       // deleted slots not yet cleaned
+  std::uint64_t capacity = 0;         // slots
+  std::uint64_t max_items = 0;        // floor(max_load_factor * capacity)
+  std::uint64_t board_bytes = 0;      // ticket-board size
+  std::uint64_t slot_bytes = 0;       // slot storage size
+  std::uint64_t batches = 0;          // device passes run
+  std::uint64_t conflict_ops = 0;     // ops that shared their key with another op of the same pass
+  std::uint64_t cleanups = 0;         // tombstone clean-ups run
+};
+
+// Errors the table's host API throws. Device code never throws; it reports per-operation statuses.
+class Error : public std::runtime_error {
+ public:
+  enum class Code { kInvalidArgument, kOutOfMemory, kNoDevice, kCuda, kInternal };
+  Error(Code code, const std::string& what) : std::runtime_error(what), code_(code) {}
+  Code code() const { return code_; }
+
+ private:
+  Code code_;
+};
+
+}  // namespace gpukv

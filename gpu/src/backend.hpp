@@ -1,0 +1,79 @@
+// The interface both backends implement behind gpukv::Table, and the helpers they share.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "geometry.hpp"
+#include "gpukv/detail/batch_ref.hpp"
+#include "gpukv/detail/pass_runner.hpp"
+#include "gpukv/detail/table_ref.hpp"
+#include "gpukv/types.hpp"
+
+namespace gpukv::detail {
+
+enum class Memory { kHost, kDevice };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // One pass: in.size <= config.max_batch. Synchronous: every result is written on return.
+  virtual void execute(const BatchIn& in, const BatchOut& out, Memory memory) = 0;
+  virtual bool cleanup() = 0;
+  virtual TableStats stats() const = 0;
+  virtual std::string device_name() const = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry);
+std::unique_ptr<Backend> make_gpu_backend(const TableConfig& config, const Geometry& geometry);
+bool gpu_present();
+
+// Calls f(TableRef<Bits, P>{}) for the configuration's ticket size and probing: the one place where runtime
+// settings become template arguments.
+template <class F>
+decltype(auto) with_table_type(const TableConfig& config, F&& f) {
+  const bool group = config.probing == Probing::kGroup;
+  switch (config.ticket_bits) {
+    case 2:
+      return group ? f(TableRef<2, Probing::kGroup>{}) : f(TableRef<2, Probing::kSingle>{});
+    case 4:
+      return group ? f(TableRef<4, Probing::kGroup>{}) : f(TableRef<4, Probing::kSingle>{});
+    default:
+      return group ? f(TableRef<8, Probing::kGroup>{}) : f(TableRef<8, Probing::kSingle>{});
+  }
+}
+
+template <class Ref>
+Ref make_table_ref(const Geometry& g, std::uint64_t* board, std::uint8_t* slots) {
+  Ref ref;
+  ref.board.words = board;
+  ref.slots = slots;
+  ref.units = g.units;
+  ref.capacity = g.capacity;
+  ref.key_words = g.key_words;
+  ref.value_stride = g.value_stride;
+  ref.slot_stride = g.slot_stride;
+  return ref;
+}
+
+inline BatchRef make_batch_ref(const TableConfig& c, const Geometry& g, const BatchIn& in, const BatchOut& out) {
+  return BatchRef{in.size,      in.ops,     in.keys,        in.key_lens,     in.values,
+                  in.value_lens, out.status, out.values,     out.value_lens,  c.key_width,
+                  c.value_width, g.value_stride};
+}
+
+inline TableStats make_stats(const Geometry& g, const Counters& c, const PassStats& p) {
+  TableStats s;
+  s.items = c.items;
+  s.tombstones = c.tombstones;
+  s.capacity = g.capacity;
+  s.max_items = g.max_items;
+  s.board_bytes = g.board_words * sizeof(std::uint64_t);
+  s.slot_bytes = g.capacity * g.slot_stride;
+  s.batches = p.passes;
+  s.conflict_ops = p.conflict_ops;
+  s.cleanups = p.cleanups;
+  return s;
+}
+
+}  // namespace gpukv::detail

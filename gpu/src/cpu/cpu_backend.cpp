@@ -1,0 +1,125 @@
+// The CPU backend: the table in host memory, every pass step run by a pool of host threads over the same
+// per-operation code the GPU runs.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include "../backend.hpp"
+#include "thread_pool.hpp"
+
+namespace gpukv::detail {
+namespace {
+
+// 8-byte aligned, zeroed host memory.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(std::uint64_t bytes, bool nothrow = false) {
+    const std::uint64_t words = (bytes + 7) / 8;
+    if (words == 0) return;
+    words_.reset(nothrow ? new (std::nothrow) std::uint64_t[words]() : new std::uint64_t[words]());
+  }
+  bool empty() const { return words_ == nullptr; }
+  std::uint8_t* data() const { return reinterpret_cast<std::uint8_t*>(words_.get()); }
+  template <class T>
+  T* as() const {
+    return reinterpret_cast<T*>(words_.get());
+  }
+
+ private:
+  std::unique_ptr<std::uint64_t[]> words_;
+};
+
+class CpuExecutor {
+ public:
+  // Ops per chunk handed to a thread: large enough to amortise the hand-off, small enough to balance.
+  static constexpr std::uint64_t kGrain = 2048;
+
+  CpuExecutor(ThreadPool& pool, Counters* counters) : pool_(pool), counters_(counters) {}
+
+  template <class F>
+  void for_each(std::uint64_t n, const F& f) {
+    pool_.parallel_for(n, kGrain, [&](std::uint64_t begin, std::uint64_t end) {
+      Tally tally;
+      for (std::uint64_t i = begin; i < end; ++i) f(i, tally);
+      add(tally);
+    });
+  }
+  void zero(void* p, std::uint64_t bytes) { std::memset(p, 0, bytes); }
+  void sort(std::uint64_t* keys, std::uint64_t n) { std::sort(keys, keys + n); }
+  Counters read_counters() const { return *counters_; }
+  void write_counters(const Counters& c) { *counters_ = c; }
+  HostBuffer allocate(std::uint64_t bytes) { return HostBuffer(bytes, /*nothrow=*/true); }
+
+ private:
+  void add(const Tally& t) {
+    // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
+    if (t.items != 0) {
+      atomic_ref<unsigned long long>(counters_->items).fetch_add(static_cast<unsigned long long>(t.items), memory_order_relaxed);
+    }
+    if (t.tombstones != 0) {
+      atomic_ref<unsigned long long>(counters_->tombstones)
+          .fetch_add(static_cast<unsigned long long>(t.tombstones), memory_order_relaxed);
+    }
+  }
+
+  ThreadPool& pool_;
+  Counters* counters_;
+};
+
+template <class Ref>
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const TableConfig& config, const Geometry& g)
+      : config_(config),
+        geometry_(g),
+        pool_(config.cpu_threads),
+        board_(g.board_words * sizeof(std::uint64_t)),
+        slots_(g.capacity * g.slot_stride),
+        groups_(group_entries(config.max_batch) * sizeof(std::uint64_t)),
+        group_of_(std::uint64_t{config.max_batch} * sizeof(std::uint32_t)),
+        conflicts_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t)),
+        fresh_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t)),
+        exec_(pool_, &counters_),
+        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_,
+                PassScratch{groups_.as<std::uint64_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
+                            fresh_.as<std::uint64_t>(), &counters_},
+                g.max_items, g.cleanup_tombstones) {}
+
+  void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
+    if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
+    runner_.run(make_batch_ref(config_, geometry_, in, out));
+  }
+  bool cleanup() override { return runner_.cleanup(); }
+  TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }
+  std::string device_name() const override {
+    return "cpu (" + std::to_string(pool_.threads()) + " threads)";
+  }
+
+ private:
+  TableConfig config_;
+  Geometry geometry_;
+  ThreadPool pool_;
+  HostBuffer board_;
+  HostBuffer slots_;
+  HostBuffer groups_;
+  HostBuffer group_of_;
+  HostBuffer conflicts_;
+  HostBuffer fresh_;
+  Counters counters_{};
+  CpuExecutor exec_;
+  PassRunner<Ref, CpuExecutor> runner_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
+  return with_table_type(config, [&](auto ref) -> std::unique_ptr<Backend> {
+    return std::make_unique<CpuBackend<decltype(ref)>>(config, geometry);
+  });
+}
+
+}  // namespace gpukv::detail

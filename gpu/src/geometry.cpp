@@ -1,0 +1,73 @@
+#include "geometry.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "gpukv/detail/batch_groups.hpp"
+#include "gpukv/detail/table_ref.hpp"
+
+namespace gpukv::detail {
+namespace {
+
+[[noreturn]] void reject(const std::string& what) { throw Error(Error::Code::kInvalidArgument, what); }
+
+bool is_prime(std::uint64_t n) {
+  if (n < 2) return false;
+  if (n % 2 == 0) return n == 2;
+  for (std::uint64_t d = 3; d * d <= n; d += 2) {
+    if (n % d == 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::uint64_t next_prime(std::uint64_t n) {
+  while (!is_prime(n)) ++n;
+  return n;
+}
+
+Geometry make_geometry(const TableConfig& c) {
+  if (c.key_width != 8 && c.key_width != 16 && c.key_width != 32) {
+    reject("key_width must be 8, 16 or 32 bytes, got " + std::to_string(c.key_width));
+  }
+  if (c.value_width < 8 || c.value_width > kMaxValueWidth) {
+    reject("value_width must be 8.." + std::to_string(kMaxValueWidth) + " bytes, got " +
+           std::to_string(c.value_width));
+  }
+  if (c.ticket_bits != 2 && c.ticket_bits != 4 && c.ticket_bits != 8) {
+    reject("ticket_bits must be 2, 4 or 8, got " + std::to_string(c.ticket_bits) +
+           " (a ticket must tell EMPTY, BUSY, TOMBSTONE and FULL apart, which takes 2 bits)");
+  }
+  constexpr std::uint64_t kMaxCapacity = std::uint64_t{1} << 40;
+  if (c.capacity == 0 || c.capacity > kMaxCapacity) {
+    reject("capacity must be 1.." + std::to_string(kMaxCapacity) + " slots, got " + std::to_string(c.capacity));
+  }
+  if (!(c.max_load_factor > 0.0 && c.max_load_factor <= 1.0)) reject("max_load_factor must be in (0, 1]");
+  if (!(c.cleanup_tombstones > 0.0 && c.cleanup_tombstones <= 1.0)) reject("cleanup_tombstones must be in (0, 1]");
+  if (!(c.clstash_load >= 0.0 && c.clstash_load <= 1.0)) reject("clstash_load must be in [0, 1]");
+  if (c.max_batch == 0 || c.max_batch > kMaxPassOps) {
+    reject("max_batch must be 1.." + std::to_string(kMaxPassOps) + ", got " + std::to_string(c.max_batch));
+  }
+
+  Geometry g;
+  g.key_words = c.key_width / 8;
+  g.value_stride = value_stride(c.value_width);
+  g.slot_stride = kSlotHeaderBytes + c.key_width + g.value_stride;
+  const std::uint64_t per_word = 64 / c.ticket_bits;
+  if (c.probing == Probing::kGroup) {
+    g.units = next_prime(std::max<std::uint64_t>(2, (c.capacity + per_word - 1) / per_word));
+    g.capacity = g.units * per_word;
+  } else {
+    g.units = next_prime(std::max<std::uint64_t>(2, c.capacity));
+    g.capacity = g.units;
+  }
+  g.board_words = (g.capacity + per_word - 1) / per_word;
+  g.max_items = static_cast<std::uint64_t>(std::floor(c.max_load_factor * static_cast<double>(g.capacity)));
+  g.cleanup_tombstones =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(c.cleanup_tombstones * static_cast<double>(g.capacity))));
+  return g;
+}
+
+}  // namespace gpukv::detail

@@ -1,0 +1,116 @@
+#include "gpukv/table.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "backend.hpp"
+
+namespace gpukv {
+
+const char* to_string(OpKind kind) {
+  switch (kind) {
+    case OpKind::kGet: return "GET";
+    case OpKind::kPut: return "PUT";
+    case OpKind::kPutIfAbsent: return "PUT_IF_ABSENT";
+    case OpKind::kDelete: return "DELETE";
+  }
+  return "UNKNOWN";
+}
+
+const char* to_string(OpStatus status) {
+  switch (status) {
+    case OpStatus::kOk: return "OK";
+    case OpStatus::kNotFound: return "NOT_FOUND";
+    case OpStatus::kExists: return "EXISTS";
+    case OpStatus::kFull: return "FULL";
+    case OpStatus::kInvalid: return "INVALID";
+  }
+  return "UNKNOWN";
+}
+
+const char* to_string(BackendKind kind) {
+  switch (kind) {
+    case BackendKind::kAuto: return "auto";
+    case BackendKind::kCpu: return "cpu";
+    case BackendKind::kGpu: return "gpu";
+  }
+  return "unknown";
+}
+
+const char* to_string(Probing probing) { return probing == Probing::kGroup ? "group" : "single"; }
+
+const char* to_string(LaneMode mode) {
+  switch (mode) {
+    case LaneMode::kAuto: return "auto";
+    case LaneMode::kStash: return "stash";
+    case LaneMode::kClStash: return "clstash";
+  }
+  return "unknown";
+}
+
+bool Table::gpu_available() { return detail::gpu_present(); }
+
+Table::Table(const TableConfig& config) : config_(config) {
+  const detail::Geometry geometry = detail::make_geometry(config);
+  backend_ = config.backend;
+  if (backend_ == BackendKind::kAuto) backend_ = gpu_available() ? BackendKind::kGpu : BackendKind::kCpu;
+  if (backend_ == BackendKind::kGpu) {
+    if (!gpu_available()) throw Error(Error::Code::kNoDevice, "backend gpu asked for, but no CUDA device is usable");
+    impl_ = detail::make_gpu_backend(config, geometry);
+  } else {
+    impl_ = detail::make_cpu_backend(config, geometry);
+  }
+}
+
+Table::~Table() = default;
+
+void Table::run(const BatchIn& in, const BatchOut& out, bool on_device) {
+  if (in.size == 0) return;
+  if ((in.ops == nullptr || in.keys == nullptr || in.key_lens == nullptr || out.status == nullptr)) {
+    throw Error(Error::Code::kInvalidArgument, "batch columns ops, keys, key_lens and status are required");
+  }
+  if ((out.values == nullptr) != (out.value_lens == nullptr)) {
+    throw Error(Error::Code::kInvalidArgument, "BatchOut.values and BatchOut.value_lens go together");
+  }
+  const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 != 0; };
+  if (misaligned(in.keys) || misaligned(in.values) || misaligned(out.values)) {
+    throw Error(Error::Code::kInvalidArgument, "key and value columns must be 8-byte aligned");
+  }
+  const std::uint32_t stride = value_stride();
+  std::lock_guard lock(mutex_);
+  for (std::size_t begin = 0; begin < in.size; begin += config_.max_batch) {
+    const std::size_t n = std::min<std::size_t>(config_.max_batch, in.size - begin);
+    BatchIn part{n,
+                 in.ops + begin,
+                 in.keys + begin * config_.key_width,
+                 in.key_lens + begin,
+                 in.values == nullptr ? nullptr : in.values + begin * stride,
+                 in.value_lens == nullptr ? nullptr : in.value_lens + begin};
+    BatchOut part_out{out.status + begin, out.values == nullptr ? nullptr : out.values + begin * stride,
+                      out.value_lens == nullptr ? nullptr : out.value_lens + begin};
+    impl_->execute(part, part_out, on_device ? detail::Memory::kDevice : detail::Memory::kHost);
+  }
+}
+
+void Table::execute(const BatchIn& in, const BatchOut& out) { run(in, out, false); }
+
+void Table::execute_on_device(const BatchIn& in, const BatchOut& out) {
+  if (backend_ != BackendKind::kGpu) {
+    throw Error(Error::Code::kInvalidArgument, "execute_on_device needs the GPU backend");
+  }
+  run(in, out, true);
+}
+
+bool Table::cleanup() {
+  std::lock_guard lock(mutex_);
+  return impl_->cleanup();
+}
+
+TableStats Table::stats() const {
+  std::lock_guard lock(mutex_);
+  return impl_->stats();
+}
+
+std::string Table::device_name() const { return impl_->device_name(); }
+
+}  // namespace gpukv

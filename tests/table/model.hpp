@@ -1,0 +1,223 @@
+// Test harness: batches built from readable ops, and a reference model (std::unordered_map) that replays a
+// batch sequentially and checks every per-op result of the table against it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gpukv/table.hpp"
+
+namespace gpukv::test {
+
+struct Op {
+  OpKind kind;
+  std::string key;
+  std::string value;  // PUT / PUT_IF_ABSENT
+};
+
+// Columns of a batch, laid out as gpukv::BatchIn wants them (8-byte aligned, fixed strides).
+class Columns {
+ public:
+  Columns(const TableConfig& c, const std::vector<Op>& ops)
+      : n_(ops.size()), key_width_(c.key_width), stride_(value_stride(c.value_width)) {
+    // At least one element each, so that an empty batch still has non-null columns.
+    ops_.resize(std::max<std::size_t>(n_, 1));
+    key_lens_.resize(std::max<std::size_t>(n_, 1));
+    value_lens_.resize(std::max<std::size_t>(n_, 1));
+    keys_.assign((n_ * key_width_ + 7) / 8 + 1, 0);
+    values_.assign((n_ * stride_ + 7) / 8 + 1, 0);
+    out_values_.assign((n_ * stride_ + 7) / 8 + 1, 0);
+    status_.assign(std::max<std::size_t>(n_, 1), 0xEE);  // poison: every status must be written
+    out_value_lens_.assign(std::max<std::size_t>(n_, 1), 0xDEADBEEF);
+    for (std::size_t i = 0; i < n_; ++i) {
+      const Op& op = ops[i];
+      ops_[i] = static_cast<std::uint8_t>(op.kind);
+      key_lens_[i] = static_cast<std::uint8_t>(op.key.size());
+      // Garbage past the key's length must be ignored by the table.
+      std::memset(key_bytes() + i * key_width_, 0xA5, key_width_);
+      std::memcpy(key_bytes() + i * key_width_, op.key.data(), std::min<std::size_t>(op.key.size(), key_width_));
+      value_lens_[i] = static_cast<std::uint32_t>(op.value.size());
+      std::memset(value_bytes() + i * stride_, 0x5A, stride_);
+      std::memcpy(value_bytes() + i * stride_, op.value.data(), std::min<std::size_t>(op.value.size(), stride_));
+    }
+  }
+
+  BatchIn in() const {
+    return BatchIn{n_, ops_.data(), key_bytes(), key_lens_.data(), value_bytes(), value_lens_.data()};
+  }
+  BatchOut out() {
+    return BatchOut{status_.data(), reinterpret_cast<std::uint8_t*>(out_values_.data()), out_value_lens_.data()};
+  }
+  std::uint8_t* raw_ops() { return ops_.data(); }
+  std::uint8_t* raw_key_lens() { return key_lens_.data(); }
+  std::uint32_t* raw_value_lens() { return value_lens_.data(); }
+
+  OpStatus status(std::size_t i) const { return static_cast<OpStatus>(status_[i]); }
+  std::string value(std::size_t i) const {
+    const auto* p = reinterpret_cast<const char*>(out_values_.data()) + i * stride_;
+    return std::string(p, out_value_lens_[i]);
+  }
+  std::uint8_t raw_status(std::size_t i) const { return status_[i]; }
+
+ private:
+  std::uint8_t* key_bytes() const { return reinterpret_cast<std::uint8_t*>(const_cast<std::uint64_t*>(keys_.data())); }
+  std::uint8_t* value_bytes() const {
+    return reinterpret_cast<std::uint8_t*>(const_cast<std::uint64_t*>(values_.data()));
+  }
+
+  std::size_t n_;
+  std::uint32_t key_width_;
+  std::uint32_t stride_;
+  std::vector<std::uint8_t> ops_;
+  std::vector<std::uint8_t> key_lens_;
+  std::vector<std::uint32_t> value_lens_;
+  std::vector<std::uint64_t> keys_;
+  std::vector<std::uint64_t> values_;
+  std::vector<std::uint64_t> out_values_;
+  std::vector<std::uint8_t> status_;
+  std::vector<std::uint32_t> out_value_lens_;
+};
+
+// The reference: a hash map, applied one op at a time in batch order.
+class Model {
+ public:
+  explicit Model(std::uint64_t max_items) : max_items_(max_items) {}
+
+  // Runs ops on the table, replays them on the model and checks every result. A kFull answer is accepted
+  // only for a write of a new key in a batch whose new keys could have filled the table (which of them get
+  // room is a race between concurrent ops); the op must then have changed nothing, as the model does.
+  void run(Table& table, const std::vector<Op>& ops) {
+    Columns cols(table.config(), ops);
+    table.execute(cols.in(), cols.out());
+    check(cols, ops);
+    if (testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(table.stats().items, map_.size()) << "the table's live-key count drifted from the model";
+  }
+
+  void check(const Columns& cols, const std::vector<Op>& ops) {
+    std::uint64_t new_key_writes = 0;
+    for (const Op& op : ops) {
+      if ((op.kind == OpKind::kPut || op.kind == OpKind::kPutIfAbsent) && !map_.count(op.key)) ++new_key_writes;
+    }
+    const bool may_fill = map_.size() + new_key_writes > max_items_;
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      const Op& op = ops[i];
+      const OpStatus got = cols.status(i);
+      auto it = map_.find(op.key);
+      const bool present = it != map_.end();
+      SCOPED_TRACE("op " + std::to_string(i) + " " + to_string(op.kind) + " key len " + std::to_string(op.key.size()));
+      switch (op.kind) {
+        case OpKind::kGet:
+          if (present) {
+            ASSERT_EQ(got, OpStatus::kOk);
+            ASSERT_EQ(cols.value(i), it->second);
+          } else {
+            ASSERT_EQ(got, OpStatus::kNotFound);
+          }
+          break;
+        case OpKind::kPutIfAbsent:
+          if (present) {
+            ASSERT_EQ(got, OpStatus::kExists);
+            break;
+          }
+          [[fallthrough]];
+        case OpKind::kPut:
+          if (!present && got == OpStatus::kFull) {
+            ASSERT_TRUE(may_fill) << "kFull with room left: " << map_.size() << " of " << max_items_;
+            ++fulls_;
+            break;
+          }
+          ASSERT_EQ(got, OpStatus::kOk);
+          map_[op.key] = op.value;
+          break;
+        case OpKind::kDelete:
+          ASSERT_EQ(got, present ? OpStatus::kOk : OpStatus::kNotFound);
+          if (present) map_.erase(it);
+          break;
+      }
+    }
+    // Only at the end of the batch: ops on different keys are concurrent, so a delete that comes later in
+    // the batch may have made the room an earlier insert used.
+    ASSERT_LE(map_.size(), max_items_);
+  }
+
+  // Reads every model key back from the table, and checks the table holds nothing else (by item count).
+  void check_contents(Table& table) {
+    std::vector<Op> gets;
+    gets.reserve(map_.size());
+    for (const auto& [k, v] : map_) gets.push_back(Op{OpKind::kGet, k, {}});
+    Columns cols(table.config(), gets);
+    table.execute(cols.in(), cols.out());
+    std::size_t i = 0;
+    for (const auto& [k, v] : map_) {
+      ASSERT_EQ(cols.status(i), OpStatus::kOk) << "key of length " << k.size() << " lost";
+      ASSERT_EQ(cols.value(i), v);
+      ++i;
+    }
+    ASSERT_EQ(table.stats().items, map_.size());
+  }
+
+  const std::unordered_map<std::string, std::string>& map() const { return map_; }
+  std::uint64_t fulls() const { return fulls_; }
+
+ private:
+  std::unordered_map<std::string, std::string> map_;
+  std::uint64_t max_items_;
+  std::uint64_t fulls_ = 0;
+};
+
+// Random keys and values with the shapes that break tables: every length from 0 to the width, zero bytes,
+// and keys that differ only in trailing zeros.
+class Generator {
+ public:
+  Generator(std::uint64_t seed, std::uint32_t key_width, std::uint32_t value_width)
+      : rng_(seed), key_width_(key_width), value_width_(value_width) {}
+
+  std::vector<std::string> unique_keys(std::size_t n) {
+    std::unordered_map<std::string, bool> seen;
+    std::vector<std::string> keys;
+    keys.reserve(n);
+    while (keys.size() < n) {
+      std::string k = key();
+      if (seen.emplace(k, true).second) keys.push_back(std::move(k));
+    }
+    return keys;
+  }
+
+  std::string key() {
+    const std::uint32_t shape = next(16);
+    std::uint32_t len = shape == 0 ? next(key_width_ + 1) : key_width_ - next(std::min(4u, key_width_));
+    std::string k(len, '\0');
+    for (auto& c : k) c = static_cast<char>(next(256));
+    if (shape == 1 && len > 0) k.back() = '\0';  // a trailing zero: must differ from the shorter key
+    if (shape == 2) k.assign(len, '\0');          // all zeros of some length
+    return k;
+  }
+
+  std::string value() {
+    const std::uint32_t shape = next(8);
+    const std::uint32_t len = shape == 0 ? 0 : shape == 1 ? value_width_ : next(value_width_ + 1);
+    std::string v(len, '\0');
+    for (auto& c : v) c = static_cast<char>(next(256));
+    return v;
+  }
+
+  std::uint32_t next(std::uint32_t bound) { return std::uniform_int_distribution<std::uint32_t>(0, bound - 1)(rng_); }
+  double uniform() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+  std::uint32_t key_width_;
+  std::uint32_t value_width_;
+};
+
+}  // namespace gpukv::test

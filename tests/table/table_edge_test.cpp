@@ -1,0 +1,246 @@
+// Edge cases of the table, on every backend present: empty and maximum-length keys and values, keys that
+// differ only in trailing zeros, empty batches and batches of one, a full table, same-key order inside a
+// batch, malformed ops, tombstone clean-up under load, and bad settings.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model.hpp"
+
+namespace gpukv::test {
+namespace {
+
+class TableEdgeTest : public testing::TestWithParam<BackendKind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == BackendKind::kGpu && !Table::gpu_available()) {
+      GTEST_SKIP() << "SKIPPED: no CUDA device on this machine; GPU edge tests did not run";
+    }
+  }
+  TableConfig config(std::uint32_t key_width = 8, std::uint32_t value_width = 8, std::uint64_t capacity = 1024) const {
+    TableConfig c;
+    c.backend = GetParam();
+    c.key_width = key_width;
+    c.value_width = value_width;
+    c.capacity = capacity;
+    return c;
+  }
+};
+
+Op put(std::string k, std::string v) { return Op{OpKind::kPut, std::move(k), std::move(v)}; }
+Op put_if_absent(std::string k, std::string v) { return Op{OpKind::kPutIfAbsent, std::move(k), std::move(v)}; }
+Op get(std::string k) { return Op{OpKind::kGet, std::move(k), {}}; }
+Op del(std::string k) { return Op{OpKind::kDelete, std::move(k), {}}; }
+
+TEST_P(TableEdgeTest, EmptyBatchChangesNothing) {
+  Table table(config());
+  Columns cols(table.config(), {});
+  table.execute(cols.in(), cols.out());
+  EXPECT_EQ(table.stats().items, 0u);
+  EXPECT_EQ(table.stats().batches, 0u);
+}
+
+TEST_P(TableEdgeTest, BatchOfOne) {
+  Table table(config());
+  Model model(table.stats().max_items);
+  model.run(table, {put("k", "v")});
+  model.run(table, {get("k")});
+  model.run(table, {del("k")});
+  model.run(table, {get("k")});
+  model.check_contents(table);
+}
+
+TEST_P(TableEdgeTest, EmptyAndMaximumLengthKeysAndValues) {
+  for (std::uint32_t kw : {8u, 16u, 32u}) {
+    for (std::uint32_t vw : {8u, 100u, 1024u}) {
+      Table table(config(kw, vw));
+      Model model(table.stats().max_items);
+      const std::string max_key(kw, '\xff'), max_value(vw, '\x01');
+      model.run(table, {put("", ""), put(max_key, max_value), put(std::string(kw, '\0'), max_value),
+                        get(""), get(max_key), get(std::string(kw, '\0'))});
+      model.run(table, {put("", max_value), put(max_key, ""), get(""), get(max_key)});
+      model.check_contents(table);
+      EXPECT_EQ(table.stats().items, 3u);
+    }
+  }
+}
+
+TEST_P(TableEdgeTest, KeysDifferingOnlyInTrailingZerosAreDistinct) {
+  Table table(config(16, 8));
+  Model model(table.stats().max_items);
+  std::vector<Op> ops;
+  for (std::size_t len = 0; len <= 16; ++len) ops.push_back(put(std::string(len, '\0'), "z" + std::to_string(len)));
+  for (std::size_t len = 1; len <= 16; ++len) ops.push_back(put("a" + std::string(len - 1, '\0'), "a" + std::to_string(len)));
+  model.run(table, ops);
+  model.check_contents(table);
+  EXPECT_EQ(table.stats().items, 33u);
+}
+
+TEST_P(TableEdgeTest, SameKeyOpsTakeEffectInBatchOrder) {
+  Table table(config());
+  Model model(table.stats().max_items);
+  // One key through every transition, interleaved with other keys, in a single batch.
+  std::vector<Op> ops = {get("k"),      put("k", "v1"), put("x", "x1"),  get("k"),        put_if_absent("k", "v2"),
+                         put("k", "v3"), get("x"),       get("k"),        del("k"),         get("k"),
+                         del("k"),      put_if_absent("k", "v4"),         get("k"),         del("x"),
+                         put("x", "x2"), get("x"),       del("k"),        put("k", "v5"),   get("k")};
+  model.run(table, ops);
+  model.check_contents(table);
+  // And a key that already exists before the batch: delete, re-insert, overwrite.
+  model.run(table, {del("k"), get("k"), put_if_absent("k", "v6"), get("k"), put("k", "v7"), get("k")});
+  model.check_contents(table);
+}
+
+TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
+  Table table(config(8, 8, 200));
+  const std::uint64_t max_items = table.stats().max_items;
+  Model model(max_items);
+  Generator gen(7, 8, 8);
+  const auto keys = gen.unique_keys(max_items + 50);
+  std::vector<Op> fill;
+  for (const auto& k : keys) fill.push_back(put(k, gen.value()));
+  model.run(table, fill);
+  EXPECT_EQ(model.fulls(), 50u);
+  EXPECT_EQ(table.stats().items, max_items);
+  model.check_contents(table);
+
+  // Full: new keys are refused, one at a time too; existing keys can still be overwritten and read.
+  Columns refused(table.config(), {put("new-key", "v"), put_if_absent("new-key2", "v")});
+  table.execute(refused.in(), refused.out());
+  EXPECT_EQ(refused.status(0), OpStatus::kFull);
+  EXPECT_EQ(refused.status(1), OpStatus::kFull);
+  model.run(table, {put(keys[0], "over"), put_if_absent(keys[1], "no"), get(keys[0])});
+  model.check_contents(table);
+  // Deleting one makes room for exactly one.
+  model.run(table, {del(keys[2])});
+  model.run(table, {put("one-more", "v")});
+  Columns again(table.config(), {put("two-more", "v")});
+  table.execute(again.in(), again.out());
+  EXPECT_EQ(again.status(0), OpStatus::kFull);
+  model.check_contents(table);
+}
+
+TEST_P(TableEdgeTest, MalformedOpsAreRejectedAndChangeNothing) {
+  Table table(config(8, 16));
+  Model model(table.stats().max_items);
+  model.run(table, {put("keep", "value")});
+  std::vector<Op> ops = {put("a", "1"), put("bad-kind", "x"), put("long-key", "x"), put("long-val", "x"),
+                         get("keep"), del("keep")};
+  Columns cols(table.config(), ops);
+  cols.raw_ops()[1] = 9;          // unknown op kind
+  cols.raw_key_lens()[2] = 9;     // key longer than key_width
+  cols.raw_value_lens()[3] = 17;  // value longer than value_width
+  cols.raw_ops()[5] = 200;        // the delete of "keep" becomes malformed: "keep" must survive
+  table.execute(cols.in(), cols.out());
+  EXPECT_EQ(cols.status(0), OpStatus::kOk);
+  EXPECT_EQ(cols.status(1), OpStatus::kInvalid);
+  EXPECT_EQ(cols.status(2), OpStatus::kInvalid);
+  EXPECT_EQ(cols.status(3), OpStatus::kInvalid);
+  EXPECT_EQ(cols.status(4), OpStatus::kOk);
+  EXPECT_EQ(cols.value(4), "value");
+  EXPECT_EQ(cols.status(5), OpStatus::kInvalid);
+  Columns reads(table.config(), {get("keep"), get("a"), get("bad-kind"), get("long-key"), get("long-val")});
+  table.execute(reads.in(), reads.out());
+  EXPECT_EQ(reads.status(0), OpStatus::kOk);
+  EXPECT_EQ(reads.value(0), "value");
+  EXPECT_EQ(reads.status(1), OpStatus::kOk);
+  EXPECT_EQ(reads.status(2), OpStatus::kNotFound);
+  EXPECT_EQ(reads.status(3), OpStatus::kNotFound);
+  EXPECT_EQ(reads.status(4), OpStatus::kNotFound);
+  EXPECT_EQ(table.stats().items, 2u);
+}
+
+TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
+  Table table(config());
+  Columns writes(table.config(), {put("k", "v")});
+  table.execute(writes.in(), writes.out());
+  Columns reads(table.config(), {get("k"), get("missing")});
+  BatchOut out = reads.out();
+  out.values = nullptr;
+  out.value_lens = nullptr;
+  table.execute(reads.in(), out);
+  EXPECT_EQ(reads.status(0), OpStatus::kOk);
+  EXPECT_EQ(reads.status(1), OpStatus::kNotFound);
+}
+
+TEST_P(TableEdgeTest, TombstoneCleanupUnderLoadLosesNothing) {
+  TableConfig c = config(8, 8, 5000);
+  c.cleanup_tombstones = 0.05;
+  Table table(c);
+  const std::uint64_t max_items = table.stats().max_items;
+  Model model(max_items);
+  Generator gen(11, 8, 8);
+  const auto keys = gen.unique_keys(max_items * 2);
+  // Fill to 90% of the table, then churn: delete a slice of present keys, insert as many absent ones.
+  std::vector<Op> fill;
+  std::size_t next_key = 0;
+  while (fill.size() < max_items * 90 / 100) fill.push_back(put(keys[next_key++], gen.value()));
+  model.run(table, fill);
+  std::size_t oldest = 0;
+  for (int round = 0; round < 20 && !HasFatalFailure(); ++round) {
+    std::vector<Op> churn;
+    for (int i = 0; i < 100; ++i) churn.push_back(del(keys[oldest++]));
+    for (int i = 0; i < 100; ++i) churn.push_back(put(keys[next_key++ % keys.size()], gen.value()));
+    for (int i = 0; i < 100; ++i) churn.push_back(get(keys[gen.next(static_cast<std::uint32_t>(next_key))]));
+    model.run(table, churn);
+  }
+  const TableStats s = table.stats();
+  EXPECT_GE(s.cleanups, 1u);
+  EXPECT_LT(s.tombstones, c.cleanup_tombstones * static_cast<double>(s.capacity));
+  model.check_contents(table);
+  // An explicit clean-up keeps everything too.
+  EXPECT_TRUE(table.cleanup());
+  EXPECT_EQ(table.stats().tombstones, 0u);
+  model.check_contents(table);
+}
+
+TEST_P(TableEdgeTest, ConcurrentCallersAreSerialised) {
+  Table table(config(8, 8, 20000));
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t) {
+    callers.emplace_back([&table, t] {
+      for (int round = 0; round < 20; ++round) {
+        std::vector<Op> ops;
+        for (int i = 0; i < 100; ++i) ops.push_back(put("t" + std::to_string(t) + "-" + std::to_string(i), std::to_string(round)));
+        Columns cols(table.config(), ops);
+        table.execute(cols.in(), cols.out());
+        for (int i = 0; i < 100; ++i) ASSERT_EQ(cols.status(i), OpStatus::kOk);
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(table.stats().items, 400u);
+  Columns reads(table.config(), {get("t0-0"), get("t3-99")});
+  table.execute(reads.in(), reads.out());
+  EXPECT_EQ(reads.value(0), "19");
+  EXPECT_EQ(reads.value(1), "19");
+}
+
+TEST_P(TableEdgeTest, BadSettingsAreRejectedWithAClearError) {
+  const auto rejects = [&](auto mutate, const char* needle) {
+    TableConfig c = config();
+    mutate(c);
+    try {
+      Table table(c);
+      ADD_FAILURE() << "accepted a bad setting: " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Error::Code::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  rejects([](TableConfig& c) { c.key_width = 12; }, "key_width");
+  rejects([](TableConfig& c) { c.value_width = 4; }, "value_width");
+  rejects([](TableConfig& c) { c.ticket_bits = 1; }, "ticket_bits");
+  rejects([](TableConfig& c) { c.ticket_bits = 3; }, "ticket_bits");
+  rejects([](TableConfig& c) { c.capacity = 0; }, "capacity");
+  rejects([](TableConfig& c) { c.max_load_factor = 1.5; }, "max_load_factor");
+  rejects([](TableConfig& c) { c.max_batch = 0; }, "max_batch");
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, TableEdgeTest, testing::Values(BackendKind::kCpu, BackendKind::kGpu),
+                         [](const testing::TestParamInfo<BackendKind>& i) { return std::string(to_string(i.param)); });
+
+}  // namespace
+}  // namespace gpukv::test

@@ -1,0 +1,143 @@
+// The table against std::unordered_map over long random mixed sequences: inserts, overwrites,
+// PUT_IF_ABSENT, deletes and re-inserts, hot keys repeated inside one batch, fills up to the maximum load
+// factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes and backends.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "model.hpp"
+
+namespace gpukv::test {
+namespace {
+
+struct ModelCase {
+  BackendKind backend;
+  std::uint32_t key_width;
+  std::uint32_t value_width;
+  std::uint32_t ticket_bits;
+  Probing probing;
+  std::uint64_t capacity;
+  std::uint64_t ops;
+  std::uint32_t max_batch = 1 << 20;
+  unsigned cpu_threads = 0;
+  double max_load = 0.95;
+};
+
+std::string case_name(const testing::TestParamInfo<ModelCase>& info) {
+  const ModelCase& c = info.param;
+  return std::string(to_string(c.backend)) + "_k" + std::to_string(c.key_width) + "_v" + std::to_string(c.value_width) +
+         "_t" + std::to_string(c.ticket_bits) + "_" + to_string(c.probing) + "_cap" + std::to_string(c.capacity) +
+         "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100));
+}
+
+// Scales the op counts: GPUKV_TEST_SCALE=10 runs ten times longer sequences (the TSan build uses less).
+double scale() {
+  const char* s = std::getenv("GPUKV_TEST_SCALE");
+  return s ? std::max(0.01, std::atof(s)) : 1.0;
+}
+
+// Drives the table through phases: fill to the limit (and past it), churn with deletes and re-inserts
+// near the limit, drain, refill. Every batch is checked against the model; the contents are checked
+// in full every few batches and at the end.
+void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
+  TableConfig config;
+  config.backend = c.backend;
+  config.key_width = c.key_width;
+  config.value_width = c.value_width;
+  config.ticket_bits = c.ticket_bits;
+  config.probing = c.probing;
+  config.capacity = c.capacity;
+  config.max_load_factor = c.max_load;
+  config.max_batch = c.max_batch;
+  config.cpu_threads = c.cpu_threads;
+  Table table(config);
+  const std::uint64_t max_items = table.stats().max_items;
+  Model model(max_items);
+  Generator gen(seed, c.key_width, c.value_width);
+
+  // More distinct keys than fit, so the fill phase runs into kFull.
+  const std::vector<std::string> keys = gen.unique_keys(max_items + max_items / 4 + 16);
+  std::vector<std::string> hot(8);
+  for (auto& k : hot) k = keys[gen.next(static_cast<std::uint32_t>(keys.size()))];
+
+  const std::uint64_t total = static_cast<std::uint64_t>(static_cast<double>(c.ops) * scale());
+  std::uint64_t done = 0;
+  int batch_no = 0;
+  bool filling = true;
+  std::uint64_t fulls_before = 0;  // kFull answers when the current fill phase began
+  while (done < total) {
+    const double load = static_cast<double>(model.map().size()) / static_cast<double>(max_items);
+    if (filling && model.fulls() > fulls_before) filling = false;  // filled until writes were refused
+    if (!filling && load < 0.3) {
+      filling = true;
+      fulls_before = model.fulls();
+    }
+    // Write-heavy while filling, delete-heavy while draining; always some of everything.
+    const double put = filling ? 0.55 : 0.20, pia = 0.10, get = filling ? 0.25 : 0.35;
+    const std::uint32_t size_class = gen.next(10);
+    const std::uint64_t n = size_class == 0 ? 1 : size_class < 4 ? 1 + gen.next(64) : 1 + gen.next(4096);
+    std::vector<Op> ops;
+    ops.reserve(n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const double r = gen.uniform();
+      const OpKind kind = r < put ? OpKind::kPut : r < put + pia ? OpKind::kPutIfAbsent
+                        : r < put + pia + get ? OpKind::kGet : OpKind::kDelete;
+      const std::string& key = gen.next(10) == 0 ? hot[gen.next(8)] : keys[gen.next(static_cast<std::uint32_t>(keys.size()))];
+      ops.push_back(Op{kind, key, kind == OpKind::kPut || kind == OpKind::kPutIfAbsent ? gen.value() : std::string()});
+    }
+    model.run(table, ops);
+    if (testing::Test::HasFatalFailure()) return;
+    done += n;
+    if (++batch_no % 50 == 0) {
+      model.check_contents(table);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+  }
+  model.check_contents(table);
+  const TableStats stats = table.stats();
+  testing::Test::RecordProperty("fulls", std::to_string(model.fulls()));
+  testing::Test::RecordProperty("cleanups", std::to_string(stats.cleanups));
+  testing::Test::RecordProperty("conflict_ops", std::to_string(stats.conflict_ops));
+  EXPECT_GT(model.fulls(), 0u) << "the sequence never filled the table";
+  EXPECT_GT(stats.conflict_ops, 0u) << "no batch repeated a key";
+}
+
+class TableModelTest : public testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    if (GetParam().backend == BackendKind::kGpu && !Table::gpu_available()) {
+      GTEST_SKIP() << "SKIPPED: no CUDA device on this machine; GPU model tests did not run";
+    }
+  }
+};
+
+TEST_P(TableModelTest, RandomMixedSequenceMatchesModel) { run_model_sequence(GetParam(), 0x5EED0000 + GetParam().capacity); }
+
+std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
+  const auto ops = [&](std::uint64_t n) { return static_cast<std::uint64_t>(static_cast<double>(n) * ops_scale); };
+  std::vector<ModelCase> v;
+  // Every ticket size with both probing schemes, 8-byte keys and values.
+  for (std::uint32_t bits : {2u, 4u, 8u}) {
+    for (Probing p : {Probing::kGroup, Probing::kSingle}) v.push_back({backend, 8, 8, bits, p, 3000, ops(250000)});
+  }
+  // Key and value widths, including values that are not a multiple of 8 bytes and 1 KiB values.
+  v.push_back({backend, 16, 128, 8, Probing::kGroup, 4000, ops(250000)});
+  v.push_back({backend, 32, 8, 4, Probing::kGroup, 4000, ops(250000)});
+  v.push_back({backend, 32, 1024, 8, Probing::kGroup, 1500, ops(80000)});
+  v.push_back({backend, 16, 100, 2, Probing::kSingle, 2000, ops(150000)});
+  v.push_back({backend, 8, 13, 8, Probing::kSingle, 2000, ops(150000)});
+  // Small passes (a batch spans many), a full load factor of 1.0, and a larger table.
+  v.push_back({backend, 8, 8, 8, Probing::kGroup, 2000, ops(150000), /*max_batch=*/97});
+  v.push_back({backend, 16, 16, 4, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0});
+  v.push_back({backend, 8, 8, 8, Probing::kGroup, 60000, ops(1000000)});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, TableModelTest, testing::ValuesIn(cases(BackendKind::kCpu, 1.0)), case_name);
+INSTANTIATE_TEST_SUITE_P(Gpu, TableModelTest, testing::ValuesIn(cases(BackendKind::kGpu, 4.0)), case_name);
+
+}  // namespace
+}  // namespace gpukv::test
