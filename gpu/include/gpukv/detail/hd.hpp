@@ -15,8 +15,10 @@
 #endif
 
 // Unrolls the short fixed-bound loops over key words (at most kMaxKeyWords).
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #define GPUKV_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define GPUKV_UNROLL  // nvcc's host pass: the host compiler sees this code through nvcc's front end
 #else
 #define GPUKV_UNROLL _Pragma("GCC unroll 4")
 #endif

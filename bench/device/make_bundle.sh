@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the GPU test and benchmark binaries here (sm_80 and sm_90) and gathers them, with the shared
+# libraries they load, into .device/bundle: git ignores it, and the device tool carries it to the lent GPU
+# machine, which has CUDA but none of our Debian libraries. Run bench/device/run.sh there.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$root/build-device
+targets=${TARGETS:-"table_test table_bench_gpu table_bench_cpu"}
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90" >/dev/null
+cmake --build "$build" -j2 --target $targets
+
+out=$root/.device/bundle
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+for t in $targets; do
+  bin=$(find "$build" -type f -name "$t" -perm -u+x | head -1)
+  cp "$bin" "$out/bin/"
+  # Every library the binary loads except the C runtime and the CUDA driver, which the machine has.
+  ldd "$bin" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' |
+    xargs -r cp -L -n1 -t "$out/lib" 2>/dev/null || true
+done
+du -sh "$out"

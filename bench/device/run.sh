@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine from the repository root: the GPU tests, then the benchmarks, with logs
+# under $OUT. Usage: bench/device/run.sh [tests|bench|all] [table_bench_gpu flags...]
+set -uo pipefail
+what=${1:-all}
+shift || true
+bundle=.device/bundle
+export LD_LIBRARY_PATH=$bundle/lib
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/device.txt"
+date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$out/device.txt"
+status=0
+if [[ $what == tests || $what == all ]]; then
+  "$bundle/bin/table_test" --gtest_filter="${TEST_FILTER:-*gpu*:*Gpu*}" >"$out/table_test.log" 2>&1 || status=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED TEST|tests? from .* ran" "$out/table_test.log" | tail -30
+fi
+if [[ $what == bench || $what == all ]]; then
+  "$bundle/bin/table_bench_gpu" "$@" 2>&1 | tee "$out/table_bench_gpu.log" || status=1
+fi
+exit $status

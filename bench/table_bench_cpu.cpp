@@ -1,0 +1,168 @@
+// CPU backend benchmark: the same workloads as table_bench_gpu (insert, find hits, find misses, mixed) on
+// the CPU backend, beside the baseline measured in the same run: std::unordered_map behind one mutex, driven
+// by as many threads as the backend uses, each taking the lock per operation.
+//
+//   table_bench_cpu --n=2097152 --loads=0.5,0.8,0.9,0.95 --batch=65536
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "gpukv/table.hpp"
+
+namespace gpukv::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+void print_result(const char* workload, const std::string& config, double load, std::uint64_t ops, double ms) {
+  std::printf("RESULT %-14s %s load=%.3f ops=%llu ms=%.1f mops=%.2f\n", workload, config.c_str(), load,
+              static_cast<unsigned long long>(ops), ms, static_cast<double>(ops) / ms / 1e3);
+  std::fflush(stdout);
+}
+
+struct HostBatch {
+  std::vector<std::uint8_t> ops, key_lens, status;
+  std::vector<std::uint64_t> keys, values, out_values;
+  std::vector<std::uint32_t> value_lens, out_value_lens;
+  explicit HostBatch(std::uint64_t n)
+      : ops(n), key_lens(n, 8), status(n), keys(n), values(n), out_values(n), value_lens(n, 8), out_value_lens(n) {}
+  BatchIn in(std::uint64_t begin, std::uint64_t n) const {
+    return BatchIn{n, ops.data() + begin, reinterpret_cast<const std::uint8_t*>(keys.data() + begin), key_lens.data() + begin,
+                   reinterpret_cast<const std::uint8_t*>(values.data() + begin), value_lens.data() + begin};
+  }
+  BatchOut out(std::uint64_t begin) {
+    return BatchOut{status.data() + begin, reinterpret_cast<std::uint8_t*>(out_values.data() + begin), out_value_lens.data() + begin};
+  }
+};
+
+// Runs the whole batch through the table in calls of `batch` ops, as a server would hand them over.
+double run_batches(Table& table, HostBatch& b, std::uint64_t n, std::uint64_t batch, OpStatus want, const char* what) {
+  const auto t0 = Clock::now();
+  for (std::uint64_t at = 0; at < n; at += batch) table.execute(b.in(at, std::min(batch, n - at)), b.out(at));
+  const double ms = ms_since(t0);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (b.status[i] != static_cast<std::uint8_t>(want)) {
+      std::fprintf(stderr, "%s: op %llu got %s, expected %s\n", what, static_cast<unsigned long long>(i),
+                   to_string(static_cast<OpStatus>(b.status[i])), to_string(want));
+      std::exit(1);
+    }
+  }
+  return ms;
+}
+
+void make_mixed(HostBatch& b, const std::vector<std::uint64_t>& hits, const std::vector<std::uint64_t>& misses, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint32_t r = static_cast<std::uint32_t>(scramble(i ^ 0xABCDEF) % 100);
+    b.ops[i] = r < 50 ? 0 : r < 95 ? 1 : 3;
+    b.keys[i] = r >= 90 && r < 95 ? misses[i] : hits[i];
+  }
+}
+
+void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned threads) {
+  TableConfig c;
+  c.backend = BackendKind::kCpu;
+  c.cpu_threads = threads;
+  c.max_load_factor = 1.0;
+  c.capacity = static_cast<std::uint64_t>(static_cast<double>(n) / load);
+  Table table(c);
+  const std::uint64_t fill = static_cast<std::uint64_t>(load * static_cast<double>(table.stats().capacity));
+  std::vector<std::uint64_t> hits(fill), misses(fill);
+  for (std::uint64_t i = 0; i < fill; ++i) {
+    hits[i] = scramble((1ULL << 40) | i);
+    misses[i] = scramble((2ULL << 40) | i);
+  }
+  HostBatch b(fill);
+  for (std::uint64_t i = 0; i < fill; ++i) b.values[i] = i;
+  const std::string name = "backend=cpu threads=" + std::to_string(threads) + " batch=" + std::to_string(batch);
+
+  std::fill(b.ops.begin(), b.ops.end(), static_cast<std::uint8_t>(OpKind::kPut));
+  b.keys = hits;
+  print_result("insert", name, load, fill, run_batches(table, b, fill, batch, OpStatus::kOk, "insert"));
+  std::fill(b.ops.begin(), b.ops.end(), static_cast<std::uint8_t>(OpKind::kGet));
+  print_result("find_hit", name, load, fill, run_batches(table, b, fill, batch, OpStatus::kOk, "find hit"));
+  b.keys = misses;
+  print_result("find_miss", name, load, fill, run_batches(table, b, fill, batch, OpStatus::kNotFound, "find miss"));
+  const std::uint64_t mixed_n = fill / 2;
+  make_mixed(b, hits, misses, mixed_n);
+  print_result("mixed", name, load, mixed_n, run_batches(table, b, mixed_n, batch, OpStatus::kOk, "mixed"));
+}
+
+// The baseline: std::unordered_map under one mutex, `threads` threads each taking the lock per operation.
+template <class Op>
+double run_locked(unsigned threads, std::uint64_t n, Op op) {
+  std::vector<std::thread> pool;
+  const auto t0 = Clock::now();
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (std::uint64_t i = t; i < n; i += threads) op(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+  return ms_since(t0);
+}
+
+void bench_baseline(std::uint64_t n, double load, unsigned threads) {
+  std::unordered_map<std::uint64_t, std::uint64_t> map;
+  map.reserve(static_cast<std::size_t>(static_cast<double>(n) / load));
+  std::mutex mutex;
+  std::vector<std::uint64_t> hits(n), misses(n);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    hits[i] = scramble((1ULL << 40) | i);
+    misses[i] = scramble((2ULL << 40) | i);
+  }
+  const std::string name = "baseline=std::unordered_map+mutex threads=" + std::to_string(threads);
+  std::atomic<std::uint64_t> found{0};
+  print_result("insert", name, load, n, run_locked(threads, n, [&](std::uint64_t i) {
+    std::lock_guard lock(mutex);
+    map[hits[i]] = i;
+  }));
+  print_result("find_hit", name, load, n, run_locked(threads, n, [&](std::uint64_t i) {
+    std::lock_guard lock(mutex);
+    found.fetch_add(map.count(hits[i]), std::memory_order_relaxed);
+  }));
+  print_result("find_miss", name, load, n, run_locked(threads, n, [&](std::uint64_t i) {
+    std::lock_guard lock(mutex);
+    found.fetch_add(map.count(misses[i]), std::memory_order_relaxed);
+  }));
+  print_result("mixed", name, load, n / 2, run_locked(threads, n / 2, [&](std::uint64_t i) {
+    const std::uint32_t r = static_cast<std::uint32_t>(scramble(i ^ 0xABCDEF) % 100);
+    std::lock_guard lock(mutex);
+    if (r < 50) {
+      found.fetch_add(map.count(hits[i]), std::memory_order_relaxed);
+    } else if (r < 90) {
+      map[hits[i]] = i;
+    } else if (r < 95) {
+      map[misses[i]] = i;
+    } else {
+      map.erase(hits[i]);
+    }
+  }));
+  std::printf("# baseline lookups found %llu keys\n", static_cast<unsigned long long>(found.load()));
+}
+
+}  // namespace
+}  // namespace gpukv::bench
+
+int main(int argc, char** argv) {
+  using namespace gpukv::bench;
+  const Flags flags(argc, argv);
+  const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 21);
+  const std::uint64_t batch = flags.u64("batch", 65536);
+  const unsigned threads = static_cast<unsigned>(flags.u64("threads", std::max(1u, std::thread::hardware_concurrency())));
+  std::printf("DEVICE cpu hardware_threads=%u\n", std::thread::hardware_concurrency());
+  for (double load : flags.doubles("loads", "0.5,0.8,0.9,0.95")) {
+    bench_table(n, load, batch, threads);
+    bench_baseline(n, load, threads);
+  }
+  return 0;
+}

@@ -1,0 +1,393 @@
+// GPU table benchmark: insert, find (all hits), find (all misses) and a mixed batch (50% GET / 45% PUT /
+// 5% DELETE) at several load factors, timed with CUDA events around the table's batch call (every pass of
+// the call: grouping, execution, host round trips). Inputs and outputs stay in GPU memory, as in cuco's
+// bulk API. In the same run it measures the baselines: device-to-device copy bandwidth, random 8-byte reads,
+// and a linear-probing 8B/8B table of the cuco static_map kind (thread per key, 64-bit CAS on the key).
+//
+//   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
+//
+// Prints one line per measurement: "RESULT <workload> <fields...>" (see print_result).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "gpukv/table.hpp"
+
+namespace gpukv::bench {
+namespace {
+
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    cudaError_t e_ = (call);                                                                            \
+    if (e_ != cudaSuccess) {                                                                            \
+      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+template <class T>
+struct DeviceArray {
+  T* p = nullptr;
+  std::uint64_t n = 0;
+  explicit DeviceArray(std::uint64_t count) : n(count) { CHECK(cudaMalloc(&p, std::max<std::uint64_t>(1, count) * sizeof(T))); }
+  ~DeviceArray() { cudaFree(p); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+__host__ __device__ inline std::uint64_t dscramble(std::uint64_t x) { return scramble(x); }
+
+// Key i of a key space: full-width keys whose first word is a bijection of (space, i), so keys are unique.
+__global__ void make_keys(std::uint8_t* keys, std::uint8_t* key_lens, std::uint64_t n, std::uint32_t kw,
+                          std::uint64_t first, std::uint64_t space) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    auto* w = reinterpret_cast<std::uint64_t*>(keys + i * kw);
+    const std::uint64_t id = (space << 40) | (first + i);
+    w[0] = dscramble(id);
+    for (std::uint32_t j = 1; j < kw / 8; ++j) w[j] = dscramble(id ^ (0x1234567ULL * j));
+    key_lens[i] = static_cast<std::uint8_t>(kw);
+  }
+}
+
+__global__ void make_values(std::uint8_t* values, std::uint32_t* value_lens, std::uint64_t n, std::uint32_t vw,
+                            std::uint32_t stride, std::uint64_t salt) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    auto* w = reinterpret_cast<std::uint64_t*>(values + i * stride);
+    for (std::uint32_t j = 0; j < stride / 8; ++j) w[j] = dscramble(i * 131 + j + salt);
+    value_lens[i] = vw;
+  }
+}
+
+__global__ void fill_ops(std::uint8_t* ops, std::uint64_t n, std::uint8_t op) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) ops[i] = op;
+}
+
+// The mixed batch: op i works on key i of the inserted set, except the 5% of PUTs of new keys, which take
+// key i of the miss set. So every key appears once and the batch holds no same-key conflicts.
+__global__ void make_mixed(std::uint8_t* ops, std::uint8_t* keys, const std::uint8_t* hit_keys,
+                           const std::uint8_t* miss_keys, std::uint64_t n, std::uint32_t kw) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint32_t r = static_cast<std::uint32_t>(dscramble(i ^ 0xABCDEF) % 100);
+    const std::uint8_t* from = r >= 90 && r < 95 ? miss_keys : hit_keys;
+    ops[i] = r < 50 ? 0 : r < 95 ? 1 : 3;  // GET, PUT, DELETE
+    const auto* src = reinterpret_cast<const std::uint64_t*>(from + i * kw);
+    auto* dst = reinterpret_cast<std::uint64_t*>(keys + i * kw);
+    for (std::uint32_t j = 0; j < kw / 8; ++j) dst[j] = src[j];
+  }
+}
+
+__global__ void count_status(const std::uint8_t* status, std::uint64_t n, unsigned long long* counts) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    atomicAdd(&counts[status[i] < 5 ? status[i] : 5], 1ULL);
+  }
+}
+
+constexpr int kGrid = 1024, kBlock = 256;
+
+class Timer {
+ public:
+  Timer() {
+    CHECK(cudaEventCreate(&start_));
+    CHECK(cudaEventCreate(&stop_));
+  }
+  ~Timer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void start() { CHECK(cudaEventRecord(start_, 0)); }
+  double stop_ms() {
+    CHECK(cudaEventRecord(stop_, 0));
+    CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_, stop_;
+};
+
+void print_result(const char* workload, const std::string& config, double load, std::uint64_t ops, double ms,
+                  const std::string& extra) {
+  std::printf("RESULT %-14s %s load=%.3f ops=%llu ms=%.3f gops=%.3f %s\n", workload, config.c_str(), load,
+              static_cast<unsigned long long>(ops), ms, static_cast<double>(ops) / ms / 1e6, extra.c_str());
+  std::fflush(stdout);
+}
+
+// Device columns for a batch of n ops.
+struct Batch {
+  DeviceArray<std::uint8_t> ops, keys, key_lens, values, status, out_values;
+  DeviceArray<std::uint32_t> value_lens, out_value_lens;
+  Batch(std::uint64_t n, std::uint32_t kw, std::uint32_t stride)
+      : ops(n), keys(n * kw), key_lens(n), values(n * stride), status(n), out_values(n * stride), value_lens(n), out_value_lens(n) {}
+  BatchIn in(std::uint64_t n) const { return BatchIn{n, ops.p, keys.p, key_lens.p, values.p, value_lens.p}; }
+  BatchOut out() const { return BatchOut{status.p, out_values.p, out_value_lens.p}; }
+};
+
+// Checks that every op of the batch got the expected status (a benchmark that fails silently measures nothing).
+void expect_status(const Batch& b, std::uint64_t n, OpStatus want, const char* what) {
+  DeviceArray<unsigned long long> counts(6);
+  CHECK(cudaMemset(counts.p, 0, 6 * sizeof(unsigned long long)));
+  count_status<<<kGrid, kBlock>>>(b.status.p, n, counts.p);
+  unsigned long long h[6];
+  CHECK(cudaMemcpy(h, counts.p, sizeof(h), cudaMemcpyDeviceToHost));
+  if (h[static_cast<int>(want)] != n) {
+    std::fprintf(stderr, "%s: expected %llu x %s, got ok=%llu notfound=%llu exists=%llu full=%llu invalid=%llu\n", what,
+                 static_cast<unsigned long long>(n), to_string(want), h[0], h[1], h[2], h[3], h[4]);
+    std::exit(1);
+  }
+}
+
+struct TableRun {
+  std::uint32_t kw, vw, tickets;
+  Probing probing;
+  LaneMode lanes;
+  std::uint32_t max_batch;
+  double load;
+  std::uint64_t n;
+  int repeats;
+};
+
+std::string describe(const TableRun& r) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "kw=%u vw=%u tickets=%u probing=%s lanes=%s max_batch=%u", r.kw, r.vw, r.tickets,
+                to_string(r.probing), to_string(r.lanes), r.max_batch);
+  return buf;
+}
+
+TableConfig table_config(const TableRun& r) {
+  TableConfig c;
+  c.backend = BackendKind::kGpu;
+  c.key_width = r.kw;
+  c.value_width = r.vw;
+  c.ticket_bits = r.tickets;
+  c.probing = r.probing;
+  c.lanes = r.lanes;
+  c.max_batch = r.max_batch;
+  c.max_load_factor = 1.0;
+  c.capacity = static_cast<std::uint64_t>(static_cast<double>(r.n) / r.load);
+  return c;
+}
+
+// One table configuration at one load: insert, find hits, find misses, mixed. Best of `repeats`.
+void bench_table(const TableRun& r) {
+  const std::uint32_t stride = value_stride(r.vw);
+  TableConfig config = table_config(r);
+  const std::string name = describe(r);
+
+  // Keys sized for the table's real capacity (rounded up to prime units), so the load is what was asked.
+  std::uint64_t fill;
+  {
+    Table probe(config);
+    fill = static_cast<std::uint64_t>(r.load * static_cast<double>(probe.stats().capacity));
+  }
+  Batch batch(fill, r.kw, stride);
+  DeviceArray<std::uint8_t> hit_keys(fill * r.kw), miss_keys(fill * r.kw), lens(fill);
+  make_keys<<<kGrid, kBlock>>>(hit_keys.p, lens.p, fill, r.kw, 0, 1);
+  make_keys<<<kGrid, kBlock>>>(miss_keys.p, lens.p, fill, r.kw, 0, 2);
+  make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, fill, r.vw, stride, 7);
+  CHECK(cudaMemcpy(batch.key_lens.p, lens.p, fill, cudaMemcpyDeviceToDevice));
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+
+  Timer timer;
+  double best_insert = 1e30, best_hit = 1e30, best_miss = 1e30, best_mixed = 1e30;
+  double bytes_per_pair = 0;
+  std::uint64_t passes = 0;
+  const std::uint64_t mixed_n = fill / 2;
+  for (int rep = 0; rep < r.repeats; ++rep) {
+    Table table(config);
+    // Insert every key (all PUTs of new keys).
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, fill, static_cast<std::uint8_t>(OpKind::kPut));
+    CHECK(cudaMemcpy(batch.keys.p, hit_keys.p, fill * r.kw, cudaMemcpyDeviceToDevice));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(fill), batch.out());
+    best_insert = std::min(best_insert, timer.stop_ms());
+    expect_status(batch, fill, OpStatus::kOk, "insert");
+    const TableStats s = table.stats();
+    bytes_per_pair = static_cast<double>(s.board_bytes + s.slot_bytes) / static_cast<double>(s.items);
+    passes = s.batches;
+
+    // Find, all hits.
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, fill, static_cast<std::uint8_t>(OpKind::kGet));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(fill), batch.out());
+    best_hit = std::min(best_hit, timer.stop_ms());
+    expect_status(batch, fill, OpStatus::kOk, "find hit");
+
+    // Find, all misses.
+    CHECK(cudaMemcpy(batch.keys.p, miss_keys.p, fill * r.kw, cudaMemcpyDeviceToDevice));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(fill), batch.out());
+    best_miss = std::min(best_miss, timer.stop_ms());
+    expect_status(batch, fill, OpStatus::kNotFound, "find miss");
+
+    // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over half of the inserted keys.
+    make_mixed<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, hit_keys.p, miss_keys.p, mixed_n, r.kw);
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(mixed_n), batch.out());
+    best_mixed = std::min(best_mixed, timer.stop_ms());
+    expect_status(batch, mixed_n, OpStatus::kOk, "mixed");
+  }
+  char extra[160];
+  std::snprintf(extra, sizeof extra, "bytes_per_pair=%.1f passes=%llu", bytes_per_pair, static_cast<unsigned long long>(passes));
+  print_result("insert", name, r.load, fill, best_insert, extra);
+  print_result("find_hit", name, r.load, fill, best_hit, "");
+  print_result("find_miss", name, r.load, fill, best_miss, "");
+  const double avg_rate = 0.5 * (fill / best_insert + fill / best_hit);
+  std::snprintf(extra, sizeof extra, "efficiency_vs_avg_insert_find=%.2f", (mixed_n / best_mixed) / avg_rate);
+  print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
+}
+
+// ---- Baselines measured in the same run ----
+
+__global__ void gather_kernel(const std::uint64_t* data, std::uint64_t words, std::uint64_t n, std::uint64_t* out) {
+  std::uint64_t acc = 0;
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    acc ^= data[dscramble(i) % words];
+  }
+  if (acc == 42) out[0] = acc;  // keeps the loads alive
+}
+
+void bench_hardware() {
+  const std::uint64_t bytes = std::uint64_t{2} << 30;
+  DeviceArray<std::uint8_t> a(bytes), b(bytes);
+  CHECK(cudaMemset(a.p, 1, bytes));
+  Timer timer;
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    timer.start();
+    CHECK(cudaMemcpy(b.p, a.p, bytes, cudaMemcpyDeviceToDevice));
+    best = std::min(best, timer.stop_ms());
+  }
+  std::printf("RESULT %-14s bytes=%llu ms=%.3f gbps_read_plus_write=%.1f\n", "hw_d2d_copy",
+              static_cast<unsigned long long>(bytes), best, 2.0 * bytes / best / 1e6);
+  const std::uint64_t words = bytes / 8, n = std::uint64_t{1} << 28;
+  DeviceArray<std::uint64_t> out(1);
+  best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    timer.start();
+    gather_kernel<<<4096, 256>>>(reinterpret_cast<const std::uint64_t*>(a.p), words, n, out.p);
+    best = std::min(best, timer.stop_ms());
+  }
+  CHECK(cudaGetLastError());
+  std::printf("RESULT %-14s window_bytes=%llu reads=%llu ms=%.3f greads_per_s=%.2f\n", "hw_random_8B",
+              static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(n), best, n / best / 1e6);
+  std::fflush(stdout);
+}
+
+// A linear-probing table of 16-byte slots {key, value}, thread per key, CAS on the key: the shape of
+// cuco::static_map with linear_probing<1>. Empty key = ~0.
+constexpr std::uint64_t kEmptyKey = ~std::uint64_t{0};
+
+__global__ void lp_insert(unsigned long long* slots, std::uint64_t cap, const std::uint64_t* keys, std::uint64_t n) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t k = keys[i];
+    std::uint64_t pos = __umul64hi(dscramble(k), cap);
+    for (;;) {
+      const unsigned long long old = atomicCAS(&slots[2 * pos], kEmptyKey, k);
+      if (old == kEmptyKey || old == k) {
+        slots[2 * pos + 1] = k + 1;
+        break;
+      }
+      pos = pos + 1 == cap ? 0 : pos + 1;
+    }
+  }
+}
+
+__global__ void lp_find(const unsigned long long* slots, std::uint64_t cap, const std::uint64_t* keys, std::uint64_t n,
+                        std::uint64_t* out) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t k = keys[i];
+    std::uint64_t pos = __umul64hi(dscramble(k), cap), v = 0;
+    for (;;) {
+      const ulonglong2 slot = *reinterpret_cast<const ulonglong2*>(&slots[2 * pos]);
+      if (slot.x == k) {
+        v = slot.y;
+        break;
+      }
+      if (slot.x == kEmptyKey) break;
+      pos = pos + 1 == cap ? 0 : pos + 1;
+    }
+    out[i] = v;
+  }
+}
+
+void bench_linear_probing(std::uint64_t n, const std::vector<double>& loads, int repeats) {
+  DeviceArray<std::uint64_t> keys(n), misses(n), out(n);
+  DeviceArray<std::uint8_t> lens(n);
+  make_keys<<<kGrid, kBlock>>>(reinterpret_cast<std::uint8_t*>(keys.p), lens.p, n, 8, 0, 1);
+  make_keys<<<kGrid, kBlock>>>(reinterpret_cast<std::uint8_t*>(misses.p), lens.p, n, 8, 0, 2);
+  CHECK(cudaDeviceSynchronize());
+  Timer timer;
+  for (double load : loads) {
+    const std::uint64_t cap = static_cast<std::uint64_t>(static_cast<double>(n) / load);
+    DeviceArray<unsigned long long> slots(2 * cap);
+    double ins = 1e30, hit = 1e30, miss = 1e30;
+    for (int rep = 0; rep < repeats; ++rep) {
+      CHECK(cudaMemset(slots.p, 0xFF, 2 * cap * sizeof(unsigned long long)));
+      timer.start();
+      lp_insert<<<kGrid * 8, kBlock>>>(slots.p, cap, keys.p, n);
+      ins = std::min(ins, timer.stop_ms());
+      timer.start();
+      lp_find<<<kGrid * 8, kBlock>>>(slots.p, cap, keys.p, n, out.p);
+      hit = std::min(hit, timer.stop_ms());
+      timer.start();
+      lp_find<<<kGrid * 8, kBlock>>>(slots.p, cap, misses.p, n, out.p);
+      miss = std::min(miss, timer.stop_ms());
+    }
+    CHECK(cudaGetLastError());
+    print_result("lp_insert", "baseline=linear_probing_cg1 kw=8 vw=8", load, n, ins, "");
+    print_result("lp_find_hit", "baseline=linear_probing_cg1 kw=8 vw=8", load, n, hit, "");
+    print_result("lp_find_miss", "baseline=linear_probing_cg1 kw=8 vw=8", load, n, miss, "");
+  }
+}
+
+Probing parse_probing(const std::string& s) { return s == "single" ? Probing::kSingle : Probing::kGroup; }
+LaneMode parse_lanes(const std::string& s) {
+  return s == "stash" ? LaneMode::kStash : s == "clstash" ? LaneMode::kClStash : LaneMode::kAuto;
+}
+
+}  // namespace
+}  // namespace gpukv::bench
+
+int main(int argc, char** argv) {
+  using namespace gpukv::bench;
+  const Flags flags(argc, argv);
+  if (!gpukv::Table::gpu_available()) {
+    std::printf("SKIPPED: no CUDA device; the GPU table benchmark did not run\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("DEVICE %s sms=%d l2_mb=%d mem_gb=%.1f\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20,
+              static_cast<double>(prop.totalGlobalMem) / (1 << 30));
+  const std::vector<double> loads = flags.doubles("loads", "0.5,0.8,0.9,0.95");
+  const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 27);
+  const int repeats = static_cast<int>(flags.u64("repeats", 3));
+  const std::string parts = flags.str("parts", "hw,lp,table");
+  if (parts.find("hw") != std::string::npos) bench_hardware();
+  if (parts.find("lp") != std::string::npos) bench_linear_probing(flags.u64("lp_n", n), loads, repeats);
+  if (parts.find("table") != std::string::npos) {
+    for (std::uint64_t tickets : flags.u64s("tickets", "8")) {
+      for (std::uint64_t max_batch : flags.u64s("max_batch", "1048576")) {
+        for (double load : loads) {
+          TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
+                     static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),
+                     parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(max_batch), load, n, repeats};
+          bench_table(r);
+        }
+      }
+    }
+  }
+  return 0;
+}

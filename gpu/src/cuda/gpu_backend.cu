@@ -1,0 +1,271 @@
+// The GPU backend: the table in device memory; every pass step is a grid-stride kernel around the same
+// per-operation function objects the CPU backend runs (detail/pass_ops.hpp, detail/cleanup.hpp).
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "../backend.hpp"
+#include "cuda_check.hpp"
+#include "device_memory.hpp"
+
+namespace gpukv::detail {
+namespace {
+
+constexpr int kBlockThreads = 256;
+
+// Adds each warp's tallies to the counters with one atomic per counter per warp.
+__device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
+  long long items = tally.items;
+  long long tombstones = tally.tombstones;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    items += __shfl_xor_sync(0xFFFFFFFFu, items, offset);
+    tombstones += __shfl_xor_sync(0xFFFFFFFFu, tombstones, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    if (items != 0) atomicAdd(&counters->items, static_cast<unsigned long long>(items));
+    if (tombstones != 0) atomicAdd(&counters->tombstones, static_cast<unsigned long long>(tombstones));
+  }
+}
+
+template <class F>
+__global__ void __launch_bounds__(kBlockThreads) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
+  Tally tally;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  flush_tally(tally, counters);
+}
+
+__global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
+
+// Blocks of one kernel that fit on the device at once: the grid of a grid-stride launch.
+template <class F>
+int resident_blocks(int sm_count) {
+  static const int per_sm = [] {
+    int blocks = 0;
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, for_each_kernel<F>, kBlockThreads, 0));
+    return std::max(1, blocks);
+  }();
+  return per_sm * sm_count;
+}
+
+class CudaExecutor {
+ public:
+  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters, std::uint64_t max_sort)
+      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {
+    std::size_t bytes = 0;
+    cub::DoubleBuffer<std::uint64_t> keys(nullptr, nullptr);
+    GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, static_cast<int>(max_sort)));
+    sort_temp_ = DeviceBuffer(bytes, "sort scratch");
+    sort_alt_ = DeviceBuffer(max_sort * sizeof(std::uint64_t), "sort scratch");
+  }
+
+  template <class F>
+  void for_each(std::uint64_t n, const F& f) {
+    if (n == 0) return;
+    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<F>(sm_count_)));
+    for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
+    GPUKV_CUDA_CHECK_LAUNCH();
+  }
+
+  void zero(void* p, std::uint64_t bytes) { GPUKV_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); }
+
+  // Deferred ops are (group entry << 32 | op) with entries below 2^25: sort only the bits in use.
+  void sort(std::uint64_t* keys, std::uint64_t n) {
+    const std::uint64_t top = std::bit_width(std::uint64_t{kMaxPassOps} * 2) + 32;
+    cub::DoubleBuffer<std::uint64_t> buffers(keys, sort_alt_.as<std::uint64_t>());
+    std::size_t bytes = sort_temp_.bytes();
+    GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp_.data(), bytes, buffers, static_cast<int>(n), 0,
+                                                    static_cast<int>(top), stream_));
+    if (buffers.Current() != keys) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(keys, buffers.Current(), n * sizeof(std::uint64_t), cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+
+  Counters read_counters() {
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(readback_.as<Counters>(), counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return *readback_.as<Counters>();
+  }
+
+  void write_counters(const Counters& c) {
+    set_counters_kernel<<<1, 1, 0, stream_>>>(counters_, c);
+    GPUKV_CUDA_CHECK_LAUNCH();
+  }
+
+  DeviceBuffer allocate(std::uint64_t bytes) {
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return DeviceBuffer::try_allocate(bytes);
+  }
+
+ private:
+  cudaStream_t stream_;
+  int sm_count_;
+  Counters* counters_;
+  PinnedBuffer readback_;
+  DeviceBuffer sort_temp_;
+  DeviceBuffer sort_alt_;
+};
+
+struct StreamHandle {
+  cudaStream_t stream = nullptr;
+  StreamHandle() {
+    // A blocking stream: work on the legacy default stream (a caller's timing events) orders with it.
+    GPUKV_CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  ~StreamHandle() { cudaStreamDestroy(stream); }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+};
+
+int select_device(int ordinal) {
+  GPUKV_CUDA_CHECK(cudaSetDevice(ordinal));
+  return ordinal;
+}
+
+int sm_count_of(int device) {
+  int count = 0;
+  GPUKV_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// A batch's columns in device memory, grown on demand for batches that arrive in host memory.
+class DeviceColumns {
+ public:
+  void reserve(std::uint64_t n, std::uint32_t key_width, std::uint32_t value_stride) {
+    if (n <= capacity_) return;
+    ops_ = DeviceBuffer(n, "batch ops");
+    keys_ = DeviceBuffer(n * key_width, "batch keys");
+    key_lens_ = DeviceBuffer(n, "batch key lengths");
+    values_ = DeviceBuffer(n * value_stride, "batch values");
+    value_lens_ = DeviceBuffer(n * sizeof(std::uint32_t), "batch value lengths");
+    status_ = DeviceBuffer(n, "batch results");
+    out_values_ = DeviceBuffer(n * value_stride, "batch result values");
+    out_value_lens_ = DeviceBuffer(n * sizeof(std::uint32_t), "batch result lengths");
+    capacity_ = n;
+  }
+  BatchIn in(std::uint64_t n) const {
+    return BatchIn{n, ops_.data(), keys_.data(), key_lens_.data(), values_.data(), value_lens_.as<std::uint32_t>()};
+  }
+  BatchOut out() const { return BatchOut{status_.data(), out_values_.data(), out_value_lens_.as<std::uint32_t>()}; }
+
+ private:
+  std::uint64_t capacity_ = 0;
+  DeviceBuffer ops_, keys_, key_lens_, values_, value_lens_, status_, out_values_, out_value_lens_;
+};
+
+template <class Ref>
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend(const TableConfig& config, const Geometry& g)
+      : config_(config),
+        geometry_(g),
+        device_(select_device(config.gpu_device)),
+        board_(g.board_words * sizeof(std::uint64_t), "the ticket-board"),
+        slots_(g.capacity * g.slot_stride, "the slots"),
+        groups_(group_entries(config.max_batch) * sizeof(std::uint64_t), "batch grouping"),
+        group_of_(std::uint64_t{config.max_batch} * sizeof(std::uint32_t), "batch grouping"),
+        conflicts_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t), "deferred ops"),
+        fresh_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t), "deleted slots"),
+        counters_(sizeof(Counters), "counters"),
+        exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>(), config.max_batch),
+        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_,
+                PassScratch{groups_.as<std::uint64_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
+                            fresh_.as<std::uint64_t>(), counters_.as<Counters>()},
+                g.max_items, g.cleanup_tombstones) {
+    // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
+    exec_.zero(board_.data(), board_.bytes());
+    exec_.write_counters(Counters{});
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
+  }
+
+  void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    if (memory == Memory::kDevice) {
+      runner_.run(make_batch_ref(config_, geometry_, in, out));
+      return;
+    }
+    const std::uint64_t n = in.size;
+    const std::uint32_t stride = geometry_.value_stride;
+    const cudaStream_t s = stream_.stream;
+    staging_.reserve(std::max<std::uint64_t>(n, 1024), config_.key_width, stride);
+    const BatchIn d_in = staging_.in(n);
+    BatchOut d_out = staging_.out();
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.ops), in.ops, n, cudaMemcpyHostToDevice, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.keys), in.keys, n * config_.key_width, cudaMemcpyHostToDevice, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.key_lens), in.key_lens, n, cudaMemcpyHostToDevice, s));
+    BatchIn run_in = d_in;
+    if (in.values != nullptr && in.value_lens != nullptr) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.values), in.values, n * stride, cudaMemcpyHostToDevice, s));
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint32_t*>(d_in.value_lens), in.value_lens, n * sizeof(std::uint32_t),
+                                       cudaMemcpyHostToDevice, s));
+    } else {
+      run_in.values = nullptr;
+      run_in.value_lens = nullptr;
+    }
+    if (out.values == nullptr) {
+      d_out.values = nullptr;
+      d_out.value_lens = nullptr;
+    }
+    runner_.run(make_batch_ref(config_, geometry_, run_in, d_out));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.status, d_out.status, n, cudaMemcpyDeviceToHost, s));
+    if (out.values != nullptr) {
+      // GET values are written only for found keys; copy the whole column (the rest is unspecified).
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.values, d_out.values, n * stride, cudaMemcpyDeviceToHost, s));
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.value_lens, d_out.value_lens, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, s));
+    }
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  bool cleanup() override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    return runner_.cleanup();
+  }
+
+  TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }
+
+  std::string device_name() const override {
+    cudaDeviceProp prop{};
+    GPUKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    return std::string(prop.name) + " (" + std::to_string(prop.multiProcessorCount) + " SMs)";
+  }
+
+ private:
+  TableConfig config_;
+  Geometry geometry_;
+  int device_;
+  StreamHandle stream_;
+  DeviceBuffer board_;
+  DeviceBuffer slots_;
+  DeviceBuffer groups_;
+  DeviceBuffer group_of_;
+  DeviceBuffer conflicts_;
+  DeviceBuffer fresh_;
+  DeviceBuffer counters_;
+  CudaExecutor exec_;
+  PassRunner<Ref, CudaExecutor> runner_;
+  DeviceColumns staging_;
+};
+
+}  // namespace
+
+bool gpu_present() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for us, the CPU backend takes over
+    return false;
+  }
+  return count > 0;
+}
+
+std::unique_ptr<Backend> make_gpu_backend(const TableConfig& config, const Geometry& geometry) {
+  return with_table_type(config, [&](auto ref) -> std::unique_ptr<Backend> {
+    return std::make_unique<GpuBackend<decltype(ref)>>(config, geometry);
+  });
+}
+
+}  // namespace gpukv::detail
