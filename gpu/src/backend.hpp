@@ -19,6 +19,8 @@ class Backend {
   virtual ~Backend() = default;
   // One pass: in.size <= config.max_batch. Synchronous: every result is written on return.
   virtual void execute(const BatchIn& in, const BatchOut& out, Memory memory) = 0;
+  // Called once a batch call (all its passes) has finished.
+  virtual void batch_done(std::uint64_t /*ops*/) {}
   virtual bool cleanup() = 0;
   virtual TableStats stats() const = 0;
   virtual std::string device_name() const = 0;

@@ -90,6 +90,7 @@ void Table::run(const BatchIn& in, const BatchOut& out, bool on_device) {
                       out.value_lens == nullptr ? nullptr : out.value_lens + begin};
     impl_->execute(part, part_out, on_device ? detail::Memory::kDevice : detail::Memory::kHost);
   }
+  impl_->batch_done(in.size);
 }
 
 void Table::execute(const BatchIn& in, const BatchOut& out) { run(in, out, false); }

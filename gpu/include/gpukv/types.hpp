@@ -56,7 +56,7 @@ struct TableConfig {
   BackendKind backend = BackendKind::kAuto;
   LaneMode lanes = LaneMode::kAuto;
   double clstash_load = 0.80;          // hybrid switch point, measured by bench/table_bench (RESULTS.md)
-  std::uint32_t max_batch = 1 << 20;   // ops per device pass; larger batches run as consecutive passes
+  std::uint32_t max_batch = 1 << 22;   // ops per pass; larger batches run as consecutive passes, in order
   unsigned cpu_threads = 0;            // CPU backend worker threads; 0 = hardware concurrency
   int gpu_device = 0;                  // CUDA device ordinal for the GPU backend
 };

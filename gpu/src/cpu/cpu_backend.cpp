@@ -79,19 +79,13 @@ class CpuBackend final : public Backend {
         pool_(config.cpu_threads),
         board_(g.board_words * sizeof(std::uint64_t)),
         slots_(g.capacity * g.slot_stride),
-        groups_(group_entries(config.max_batch) * sizeof(std::uint64_t)),
-        group_of_(std::uint64_t{config.max_batch} * sizeof(std::uint32_t)),
-        conflicts_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t)),
-        fresh_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t)),
         exec_(pool_, &counters_),
-        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_,
-                PassScratch{groups_.as<std::uint64_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                            fresh_.as<std::uint64_t>(), &counters_},
-                g.max_items, g.cleanup_tombstones) {}
+        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, &counters_, g.max_items,
+                g.cleanup_tombstones) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
-    runner_.run(make_batch_ref(config_, geometry_, in, out));
+    runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(in.size));
   }
   bool cleanup() override { return runner_.cleanup(); }
   TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }
@@ -109,9 +103,24 @@ class CpuBackend final : public Backend {
   HostBuffer group_of_;
   HostBuffer conflicts_;
   HostBuffer fresh_;
+  // Pass scratch, grown to the largest pass seen so far.
+  PassScratch scratch_for(std::uint64_t n) {
+    if (n > scratch_ops_) {
+      const ScratchBytes bytes = scratch_bytes(n);
+      groups_ = HostBuffer(bytes.groups);
+      group_of_ = HostBuffer(bytes.group_of);
+      conflicts_ = HostBuffer(bytes.conflicts);
+      fresh_ = HostBuffer(bytes.fresh);
+      scratch_ops_ = n;
+    }
+    return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
+                       fresh_.as<std::uint64_t>()};
+  }
+
   Counters counters_{};
   CpuExecutor exec_;
   PassRunner<Ref, CpuExecutor> runner_;
+  std::uint64_t scratch_ops_ = 0;
 };
 
 }  // namespace

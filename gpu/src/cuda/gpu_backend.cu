@@ -10,6 +10,7 @@
 #include "../backend.hpp"
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
+#include "step_clock.hpp"
 
 namespace gpukv::detail {
 namespace {
@@ -53,29 +54,39 @@ int resident_blocks(int sm_count) {
 
 class CudaExecutor {
  public:
-  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters, std::uint64_t max_sort)
-      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {
-    std::size_t bytes = 0;
-    cub::DoubleBuffer<std::uint64_t> keys(nullptr, nullptr);
-    GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, keys, static_cast<int>(max_sort)));
-    sort_temp_ = DeviceBuffer(bytes, "sort scratch");
-    sort_alt_ = DeviceBuffer(max_sort * sizeof(std::uint64_t), "sort scratch");
-  }
+  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
+      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
 
   template <class F>
   void for_each(std::uint64_t n, const F& f) {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<F>(sm_count_)));
+    clock_.begin(stream_, F::kName);
     for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
     GPUKV_CUDA_CHECK_LAUNCH();
+    clock_.end(stream_);
   }
 
-  void zero(void* p, std::uint64_t bytes) { GPUKV_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_)); }
+  void zero(void* p, std::uint64_t bytes) {
+    clock_.begin(stream_, "zero");
+    GPUKV_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    clock_.end(stream_);
+  }
 
   // Deferred ops are (group entry << 32 | op) with entries below 2^25: sort only the bits in use.
   void sort(std::uint64_t* keys, std::uint64_t n) {
     const std::uint64_t top = std::bit_width(std::uint64_t{kMaxPassOps} * 2) + 32;
+    if (n > sort_capacity_) {
+      std::size_t bytes = 0;
+      cub::DoubleBuffer<std::uint64_t> none(nullptr, nullptr);
+      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, static_cast<int>(top)));
+      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      sort_temp_ = DeviceBuffer(bytes, "sort scratch");
+      sort_alt_ = DeviceBuffer(n * sizeof(std::uint64_t), "sort scratch");
+      sort_capacity_ = n;
+    }
+    clock_.begin(stream_, "sort");
     cub::DoubleBuffer<std::uint64_t> buffers(keys, sort_alt_.as<std::uint64_t>());
     std::size_t bytes = sort_temp_.bytes();
     GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp_.data(), bytes, buffers, static_cast<int>(n), 0,
@@ -83,11 +94,13 @@ class CudaExecutor {
     if (buffers.Current() != keys) {
       GPUKV_CUDA_CHECK(cudaMemcpyAsync(keys, buffers.Current(), n * sizeof(std::uint64_t), cudaMemcpyDeviceToDevice, stream_));
     }
+    clock_.end(stream_);
   }
 
   Counters read_counters() {
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(readback_.as<Counters>(), counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    clock_.collect();
     return *readback_.as<Counters>();
   }
 
@@ -95,6 +108,8 @@ class CudaExecutor {
     set_counters_kernel<<<1, 1, 0, stream_>>>(counters_, c);
     GPUKV_CUDA_CHECK_LAUNCH();
   }
+
+  void report(std::uint64_t ops) { clock_.report(ops); }
 
   DeviceBuffer allocate(std::uint64_t bytes) {
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -106,8 +121,10 @@ class CudaExecutor {
   int sm_count_;
   Counters* counters_;
   PinnedBuffer readback_;
+  std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
   DeviceBuffer sort_temp_;
   DeviceBuffer sort_alt_;
+  StepClock clock_;
 };
 
 struct StreamHandle {
@@ -166,15 +183,9 @@ class GpuBackend final : public Backend {
         device_(select_device(config.gpu_device)),
         board_(g.board_words * sizeof(std::uint64_t), "the ticket-board"),
         slots_(g.capacity * g.slot_stride, "the slots"),
-        groups_(group_entries(config.max_batch) * sizeof(std::uint64_t), "batch grouping"),
-        group_of_(std::uint64_t{config.max_batch} * sizeof(std::uint32_t), "batch grouping"),
-        conflicts_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t), "deferred ops"),
-        fresh_(std::uint64_t{config.max_batch} * sizeof(std::uint64_t), "deleted slots"),
         counters_(sizeof(Counters), "counters"),
-        exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>(), config.max_batch),
-        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_,
-                PassScratch{groups_.as<std::uint64_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                            fresh_.as<std::uint64_t>(), counters_.as<Counters>()},
+        exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
+        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, counters_.as<Counters>(),
                 g.max_items, g.cleanup_tombstones) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
     exec_.zero(board_.data(), board_.bytes());
@@ -185,7 +196,7 @@ class GpuBackend final : public Backend {
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
     if (memory == Memory::kDevice) {
-      runner_.run(make_batch_ref(config_, geometry_, in, out));
+      runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(in.size));
       return;
     }
     const std::uint64_t n = in.size;
@@ -210,7 +221,7 @@ class GpuBackend final : public Backend {
       d_out.values = nullptr;
       d_out.value_lens = nullptr;
     }
-    runner_.run(make_batch_ref(config_, geometry_, run_in, d_out));
+    runner_.run(make_batch_ref(config_, geometry_, run_in, d_out), scratch_for(n));
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.status, d_out.status, n, cudaMemcpyDeviceToHost, s));
     if (out.values != nullptr) {
       // GET values are written only for found keys; copy the whole column (the rest is unspecified).
@@ -219,6 +230,8 @@ class GpuBackend final : public Backend {
     }
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(s));
   }
+
+  void batch_done(std::uint64_t ops) override { exec_.report(ops); }
 
   bool cleanup() override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
@@ -240,13 +253,29 @@ class GpuBackend final : public Backend {
   StreamHandle stream_;
   DeviceBuffer board_;
   DeviceBuffer slots_;
+  // Pass scratch, grown to the largest pass seen so far (growing waits for the stream first).
+  PassScratch scratch_for(std::uint64_t n) {
+    if (n > scratch_ops_) {
+      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
+      const ScratchBytes bytes = scratch_bytes(n);
+      groups_ = DeviceBuffer(bytes.groups, "batch grouping");
+      group_of_ = DeviceBuffer(bytes.group_of, "batch grouping");
+      conflicts_ = DeviceBuffer(bytes.conflicts, "deferred ops");
+      fresh_ = DeviceBuffer(bytes.fresh, "deleted slots");
+      scratch_ops_ = n;
+    }
+    return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
+                       fresh_.as<std::uint64_t>()};
+  }
+
+  DeviceBuffer counters_;
+  CudaExecutor exec_;
+  PassRunner<Ref, CudaExecutor> runner_;
+  std::uint64_t scratch_ops_ = 0;
   DeviceBuffer groups_;
   DeviceBuffer group_of_;
   DeviceBuffer conflicts_;
   DeviceBuffer fresh_;
-  DeviceBuffer counters_;
-  CudaExecutor exec_;
-  PassRunner<Ref, CudaExecutor> runner_;
   DeviceColumns staging_;
 };
 

@@ -63,7 +63,7 @@ inline constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
 
 // A pass's scratch. See batch_groups.hpp for `groups`.
 struct PassRef {
-  std::uint64_t* groups;       // grouping table, group_mask + 1 entries
+  std::uint32_t* groups;       // grouping table, group_mask + 1 entries
   std::uint64_t group_mask;
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase

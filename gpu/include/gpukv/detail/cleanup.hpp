@@ -48,6 +48,7 @@ GPUKV_UNROLL
 
 template <class Ref>
 struct CleanupCount {
+  static constexpr const char* kName = "CleanupCount";
   CleanupWord<Ref> w;
   Counters* counters;
   GPUKV_HD void operator()(std::uint64_t word, Tally&) const {
@@ -64,6 +65,7 @@ struct CleanupCount {
 
 template <class Ref>
 struct CleanupExtract {
+  static constexpr const char* kName = "CleanupExtract";
   CleanupWord<Ref> w;
   std::uint8_t* buffer;  // extracted slots, slot_stride bytes each
   Counters* counters;
@@ -93,6 +95,7 @@ struct CleanupExtract {
 
 template <class Ref>
 struct CleanupReinsert {
+  static constexpr const char* kName = "CleanupReinsert";
   CleanupWord<Ref> w;
   const std::uint8_t* buffer;
   Counters* counters;

@@ -22,6 +22,7 @@ GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std:
 
 template <class Ref>
 struct GroupOp {
+  static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     if (!e.batch.valid(op)) {
@@ -48,11 +49,12 @@ struct OneOp {
 
 template <class Ref>
 struct ExecuteOp {
+  static constexpr const char* kName = "ExecuteOp";
   Engine<Ref> e;
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     const std::uint32_t entry = e.pass.group_of[op];
     if (entry == kNoGroup) return;
-    if (group_count(e.pass.groups, entry) == 1) {
+    if (!group_shared(e.pass.groups, entry)) {
       const KeyWords key = batch_key(e.table, e.batch, op);
       e.run_key(key, hash_key(key, e.table.key_words), OneOp{op}, tally);
       return;
@@ -99,6 +101,7 @@ GPUKV_UNROLL
 // a time (an entry almost always holds one key; several only if their hashes share a tag).
 template <class Ref>
 struct ExecuteSegment {
+  static constexpr const char* kName = "ExecuteSegment";
   Engine<Ref> e;
   std::uint64_t count;  // deferred ops, sorted
   GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
@@ -124,6 +127,7 @@ struct ExecuteSegment {
 
 template <class Ref>
 struct RetireFresh {
+  static constexpr const char* kName = "RetireFresh";
   Ref table;
   const std::uint64_t* fresh;
   const Counters* counters;

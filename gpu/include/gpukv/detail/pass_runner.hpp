@@ -19,17 +19,25 @@
 
 namespace gpukv::detail {
 
-// Scratch for one pass of up to max_ops operations.
+// Scratch for one pass of up to n operations (sizes from scratch_bytes()).
 struct PassScratch {
-  std::uint64_t* groups;     // group_entries(max_ops) entries
-  std::uint32_t* group_of;   // max_ops
-  std::uint64_t* conflicts;  // max_ops
-  std::uint64_t* fresh;      // max_ops
-  Counters* counters;
+  std::uint32_t* groups;     // group_entries(n) entries
+  std::uint32_t* group_of;   // n
+  std::uint64_t* conflicts;  // n
+  std::uint64_t* fresh;      // n
 };
 
 // Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
 inline std::uint64_t group_entries(std::uint64_t n) { return std::bit_ceil(std::max<std::uint64_t>(64, 2 * n)); }
+
+// Byte sizes of the PassScratch arrays for a pass of n ops, in declaration order.
+struct ScratchBytes {
+  std::uint64_t groups, group_of, conflicts, fresh;
+};
+inline ScratchBytes scratch_bytes(std::uint64_t n) {
+  return ScratchBytes{group_entries(n) * sizeof(std::uint32_t), n * sizeof(std::uint32_t), n * sizeof(std::uint64_t),
+                      n * sizeof(std::uint64_t)};
+}
 
 struct PassStats {
   std::uint64_t passes = 0;
@@ -41,27 +49,27 @@ struct PassStats {
 template <class Ref, class Exec>
 class PassRunner {
  public:
-  PassRunner(Ref table, Exec& exec, PassScratch scratch, std::uint64_t max_items, std::uint64_t cleanup_tombstones)
+  PassRunner(Ref table, Exec& exec, Counters* counters, std::uint64_t max_items, std::uint64_t cleanup_tombstones)
       : table_(table),
         exec_(exec),
-        scratch_(scratch),
+        counters_(counters),
         max_items_(max_items),
         cleanup_step_(std::max<std::uint64_t>(1, cleanup_tombstones)),
         next_cleanup_(cleanup_step_) {}
 
-  // Executes one pass (batch.size <= the scratch's max_ops). Returns when every result is written.
-  void run(const BatchRef& batch) {
+  // Executes one pass, with scratch for at least batch.size ops. Returns when every result is written.
+  void run(const BatchRef& batch, const PassScratch& scratch) {
     const std::uint64_t n = batch.size;
     if (n == 0) return;
     const std::uint64_t entries = group_entries(n);
-    exec_.zero(scratch_.groups, entries * sizeof(std::uint64_t));
+    exec_.zero(scratch.groups, entries * sizeof(std::uint32_t));
     known_.conflicts = 0;
     known_.fresh = 0;
     exec_.write_counters(known_);
 
     // If every op of the pass could insert a new key and still fit, no op needs to reserve room atomically.
-    const PassRef pass{scratch_.groups, entries - 1, scratch_.group_of, scratch_.conflicts, scratch_.fresh,
-                       scratch_.counters, max_items_, known_.items + n > max_items_};
+    const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.fresh,
+                       counters_, max_items_, known_.items + n > max_items_};
     const Engine<Ref> engine{table_, batch, pass};
     exec_.for_each(n, GroupOp<Ref>{engine});
     exec_.for_each(n, ExecuteOp<Ref>{engine});
@@ -69,12 +77,12 @@ class PassRunner {
 
     const std::uint64_t deferred = known_.conflicts;
     if (deferred != 0) {
-      exec_.sort(scratch_.conflicts, deferred);
+      exec_.sort(scratch.conflicts, deferred);
       exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
     }
     // The ordered phase may delete up to one slot per deferred op, so retire up to that many more.
     const std::uint64_t fresh_bound = known_.fresh + deferred;
-    if (fresh_bound != 0) exec_.for_each(fresh_bound, RetireFresh<Ref>{table_, scratch_.fresh, scratch_.counters});
+    if (fresh_bound != 0) exec_.for_each(fresh_bound, RetireFresh<Ref>{table_, scratch.fresh, counters_});
     if (deferred != 0 || fresh_bound != 0) known_ = exec_.read_counters();
 
     stats_.passes += 1;
@@ -92,15 +100,15 @@ class PassRunner {
     const std::uint64_t words = (table_.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
     known_.fresh = 0;
     exec_.write_counters(known_);
-    exec_.for_each(words, CleanupCount<Ref>{word, scratch_.counters});
+    exec_.for_each(words, CleanupCount<Ref>{word, counters_});
     const std::uint64_t displaced = exec_.read_counters().fresh;
 
     auto buffer = exec_.allocate(displaced * table_.slot_stride);
     if (displaced != 0 && buffer.empty()) return false;
     known_.fresh = 0;
     exec_.write_counters(known_);
-    exec_.for_each(words, CleanupExtract<Ref>{word, buffer.data(), scratch_.counters});
-    exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), scratch_.counters});
+    exec_.for_each(words, CleanupExtract<Ref>{word, buffer.data(), counters_});
+    exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), counters_});
     known_ = exec_.read_counters();
     if (known_.lost != 0 || known_.fresh != displaced) {
       throw Error(Error::Code::kInternal, "tombstone clean-up could not re-place every key");
@@ -119,7 +127,7 @@ class PassRunner {
  private:
   Ref table_;
   Exec& exec_;
-  PassScratch scratch_;
+  Counters* counters_;
   std::uint64_t max_items_;
   std::uint64_t cleanup_step_;  // tombstones that trigger a clean-up
   std::uint64_t next_cleanup_;
