@@ -19,4 +19,12 @@ for t in $targets; do
   ldd "$bin" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' |
     xargs -r cp -L -n1 -t "$out/lib" 2>/dev/null || true
 done
+# Tuning variants of the GPU benchmark (sm_90 only), e.g. VARIANTS="GPUKV_PROBE_MIN_BLOCKS=6".
+for v in ${VARIANTS:-}; do
+  name=${v#GPUKV_}
+  vbuild=$root/build-device-$name
+  cmake -S "$root" -B "$vbuild" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -D"$v" >/dev/null
+  cmake --build "$vbuild" -j2 --target table_bench_gpu
+  cp "$vbuild/bench/table_bench_gpu" "$out/bin/table_bench_gpu.$name"
+done
 du -sh "$out"

@@ -103,6 +103,7 @@ class CpuBackend final : public Backend {
   HostBuffer group_of_;
   HostBuffer conflicts_;
   HostBuffer fresh_;
+  HostBuffer published_;
   // Pass scratch, grown to the largest pass seen so far.
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {
@@ -111,10 +112,11 @@ class CpuBackend final : public Backend {
       group_of_ = HostBuffer(bytes.group_of);
       conflicts_ = HostBuffer(bytes.conflicts);
       fresh_ = HostBuffer(bytes.fresh);
+      published_ = HostBuffer(bytes.published);
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       fresh_.as<std::uint64_t>()};
+                       fresh_.as<std::uint64_t>(), published_.as<std::uint64_t>()};
   }
 
   Counters counters_{};

@@ -17,6 +17,20 @@ namespace {
 
 constexpr int kBlockThreads = 256;
 
+// Blocks per SM the compiler must fit (it caps registers accordingly). The probing kernels are bound by
+// memory latency, so residency matters more than a few spilled registers; tuned on an H200 (RESULTS.md).
+#ifndef GPUKV_PROBE_MIN_BLOCKS
+#define GPUKV_PROBE_MIN_BLOCKS 4
+#endif
+template <class F>
+constexpr int min_blocks() {
+  if constexpr (requires { F::kProbes; }) {
+    return GPUKV_PROBE_MIN_BLOCKS;
+  } else {
+    return 1;
+  }
+}
+
 // Adds each warp's tallies to the counters with one atomic per counter per warp.
 __device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
   long long items = tally.items;
@@ -32,7 +46,7 @@ __device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counte
 }
 
 template <class F>
-__global__ void __launch_bounds__(kBlockThreads) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
+__global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
   Tally tally;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
   for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
@@ -262,10 +276,11 @@ class GpuBackend final : public Backend {
       group_of_ = DeviceBuffer(bytes.group_of, "batch grouping");
       conflicts_ = DeviceBuffer(bytes.conflicts, "deferred ops");
       fresh_ = DeviceBuffer(bytes.fresh, "deleted slots");
+      published_ = DeviceBuffer(bytes.published, "inserted slots");
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       fresh_.as<std::uint64_t>()};
+                       fresh_.as<std::uint64_t>(), published_.as<std::uint64_t>()};
   }
 
   DeviceBuffer counters_;
@@ -276,6 +291,7 @@ class GpuBackend final : public Backend {
   DeviceBuffer group_of_;
   DeviceBuffer conflicts_;
   DeviceBuffer fresh_;
+  DeviceBuffer published_;
   DeviceColumns staging_;
 };
 

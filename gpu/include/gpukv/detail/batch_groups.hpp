@@ -34,10 +34,9 @@ GPUKV_HD_INLINE std::uint32_t group_insert(std::uint32_t* groups, std::uint64_t 
   const std::uint32_t tag = group_tag(h);
   for (std::uint64_t pos = h & mask;; pos = (pos + 1) & mask) {
     atomic_ref<std::uint32_t> entry(groups[pos]);
-    std::uint32_t seen = entry.load(memory_order_relaxed);
-    if (seen == 0 && entry.compare_exchange_strong(seen, tag, memory_order_relaxed)) {
-      return static_cast<std::uint32_t>(pos);
-    }
+    // CAS without a load first: the entry is usually empty, and a failed CAS returns what is there.
+    std::uint32_t seen = 0;
+    if (entry.compare_exchange_strong(seen, tag, memory_order_relaxed)) return static_cast<std::uint32_t>(pos);
     if ((seen & ~kGroupShared) == tag) {
       if ((seen & kGroupShared) == 0) entry.fetch_or(kGroupShared, memory_order_relaxed);
       return static_cast<std::uint32_t>(pos);

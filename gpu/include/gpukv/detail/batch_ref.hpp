@@ -49,6 +49,7 @@ struct Counters {
   unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long fresh;       // this pass: slots deleted (BUSY until the pass retires them)
+  unsigned long long published;   // this pass: slots inserted (BUSY until the pass publishes them)
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
 };
 
@@ -68,6 +69,7 @@ struct PassRef {
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
   std::uint64_t* fresh;        // slots deleted in this pass
+  std::uint64_t* published;    // slots inserted in this pass, as (slot << 8 | info code)
   Counters* counters;
   std::uint64_t max_items;
   bool checked;                // reserve each new key against max_items (the pass may fill the table)

@@ -108,11 +108,12 @@ struct CleanupReinsert {
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) key.w[j] = j < table.key_words ? from[1 + j] : 0;
     const ProbePlan plan = plan_probe(hash_key(key, table.key_words), table.units);
+    Engine<Ref> engine{table, {}, {}};
     Location at;
     at.can_claim = true;
     at.claim_unit = plan.first;
     at.claim_probe = 0;
-    Engine<Ref> engine{table, {}, {}};
+    at.claim_tickets = engine.first_tickets(plan);
     std::uint64_t slot;
     if (!engine.claim(at, plan, slot, tally)) {  // cannot happen: every extracted key left an EMPTY behind
       atomic_ref<unsigned long long>(counters->lost).fetch_add(1, memory_order_relaxed);
@@ -120,8 +121,9 @@ GPUKV_UNROLL
     }
     auto* to = reinterpret_cast<std::uint64_t*>(table.slot(slot));
     for (std::uint32_t j = 0; j < table.slot_stride / 8; ++j) to[j] = from[j];
+    // Nothing reads the table during clean-up; the kernel boundary makes the slot visible with its ticket.
     table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
-                     Codec::info_code(plan.info), /*publish=*/true);
+                     Codec::info_code(plan.info));
   }
 };
 

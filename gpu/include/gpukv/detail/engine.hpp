@@ -10,10 +10,11 @@
 //  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
-//  * A slot's key bytes are written only while its ticket is BUSY, and become visible with a release on the
-//    board (publish); readers acquire the board word before comparing keys. A slot deleted in this pass stays
-//    BUSY until the pass ends, so no other thread can reuse it and rewrite its key while a reader that saw the
-//    old FULL ticket compares against it. So a lookup never sees a half-written key or value.
+//  * No thread reads a slot written in the same pass. A new key's slot stays BUSY (skipped by every lookup)
+//    until PublishNew runs after the pass; a deleted slot stays BUSY until RetireFresh, so nobody can reuse it
+//    and rewrite its key while a reader that saw its old FULL ticket compares against it; an overwrite
+//    rewrites only the value, which only the key's own thread reads. So a lookup never sees a half-written
+//    key or value, and the pass needs no memory fences: kernel boundaries order everything.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +29,11 @@ namespace gpukv::detail {
 // Where a key is, or where its insert may begin.
 struct Location {
   bool hit = false;
-  std::uint64_t slot = 0;        // valid if hit
-  bool can_claim = false;        // an available ticket was seen on the probe sequence
-  std::uint64_t claim_unit = 0;  // the first unit where one was seen
-  std::uint64_t claim_probe = 0; // its position in the probe sequence
+  std::uint64_t slot = 0;          // valid if hit
+  bool can_claim = false;          // an available ticket was seen on the probe sequence
+  std::uint64_t claim_unit = 0;    // the first unit where one was seen
+  std::uint64_t claim_probe = 0;   // its position in the probe sequence
+  std::uint64_t claim_tickets = 0; // that unit's board word as seen then (claim() starts from it)
 };
 
 template <class Ref>
@@ -42,16 +44,23 @@ struct Engine {
   BatchRef batch;
   PassRef pass;
 
-  // Walks the probe sequence until the key is found or a unit with an EMPTY ticket ends it.
-  GPUKV_HD Location locate(const KeyWords& key, const ProbePlan& plan, std::uint64_t code) const {
+  // The board word of the plan's first unit: callers load it early, so that its latency overlaps other work.
+  GPUKV_HD_INLINE std::uint64_t first_tickets(const ProbePlan& plan) const {
+    return table.board.load(table.word_of(plan.first));
+  }
+
+  // Walks the probe sequence until the key is found or a unit with an EMPTY ticket ends it. `tickets` is
+  // the first unit's board word (first_tickets()).
+  GPUKV_HD Location locate(const KeyWords& key, const ProbePlan& plan, std::uint64_t code,
+                           std::uint64_t tickets) const {
     Location at;
     std::uint64_t unit = plan.first;
     for (std::uint64_t probe = 0; probe < table.units; ++probe) {
       const std::uint64_t word = table.word_of(unit);
       const std::uint64_t lanes = table.lanes_of(unit);
-      const std::uint64_t tickets = table.board.load(word);
-      for (std::uint64_t m = Codec::match(tickets, code) & lanes; m != 0; m &= m - 1) {
-        const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
+      if (probe != 0) tickets = table.board.load(word);
+      for (std::uint64_t matches = Codec::match(tickets, code) & lanes; matches != 0; matches &= matches - 1) {
+        const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(matches));
         if (table.key_equals(slot, key)) {
           at.hit = true;
           at.slot = slot;
@@ -62,6 +71,7 @@ struct Engine {
         at.can_claim = true;
         at.claim_unit = unit;
         at.claim_probe = probe;
+        at.claim_tickets = tickets;
       }
       if ((Codec::empty(tickets) & lanes) != 0) return at;
       unit = next_unit(unit, plan.step, table.units);
@@ -73,10 +83,11 @@ struct Engine {
   GPUKV_HD bool claim(const Location& at, const ProbePlan& plan, std::uint64_t& slot, Tally& tally) const {
     if (!at.can_claim) return false;
     std::uint64_t unit = at.claim_unit;
+    std::uint64_t tickets = at.claim_tickets;  // a stale view only costs a failed CAS, which refreshes it
     for (std::uint64_t probe = at.claim_probe; probe < table.units; ++probe) {
       const std::uint64_t word = table.word_of(unit);
       const std::uint64_t lanes = table.lanes_of(unit);
-      std::uint64_t tickets = table.board.load(word);
+      if (probe != at.claim_probe) tickets = table.board.load(word);
       for (std::uint64_t open = Codec::available(tickets) & lanes; open != 0;
            open = Codec::available(tickets) & lanes) {
         const int field = Codec::field_of(open);
@@ -112,9 +123,11 @@ struct Engine {
   }
 
   // A slot deleted in this pass stays BUSY until RetireFresh turns it into a TOMBSTONE after the pass.
-  GPUKV_HD void retire_later(std::uint64_t slot) const {
-    const auto index = atomic_ref<unsigned long long>(pass.counters->fresh).fetch_add(1, memory_order_relaxed);
-    pass.fresh[index] = slot;
+  GPUKV_HD void retire_later(std::uint64_t slot) const { pass.fresh[append_index(&pass.counters->fresh)] = slot; }
+
+  // A slot inserted in this pass stays BUSY until PublishNew gives it its FULL code after the pass.
+  GPUKV_HD void publish_later(std::uint64_t slot, std::uint64_t code) const {
+    pass.published[append_index(&pass.counters->published)] = (slot << 8) | code;
   }
 
   GPUKV_HD void write_get(std::uint64_t op, std::uint64_t slot, long long source) const {
@@ -132,11 +145,12 @@ struct Engine {
   }
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices; all of them carry this key.
+  // `tickets` is first_tickets(plan).
   template <class Ops>
-  GPUKV_HD void run_key(const KeyWords& key, std::uint64_t hash, Ops ops, Tally& tally) const {
-    const ProbePlan plan = plan_probe(hash, table.units);
+  GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
+                        Tally& tally) const {
     const std::uint64_t code = Codec::info_code(plan.info);
-    const Location at = locate(key, plan, code);
+    const Location at = locate(key, plan, code, tickets);
 
     std::uint64_t slot = at.slot;
     bool have_slot = at.hit;  // a slot that holds, or will hold, this key
@@ -188,7 +202,7 @@ struct Engine {
       if (present) {
         table.store_key(slot, key);
         store_value(slot, static_cast<std::uint64_t>(source));
-        table.board.flip(word, field, Codec::kBusy, code, /*publish=*/true);
+        publish_later(slot, code);
       } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
         retire_later(slot);
         tally.items -= 1;
@@ -197,7 +211,7 @@ struct Engine {
       if (present) {
         if (source >= 0) store_value(slot, static_cast<std::uint64_t>(source));
       } else {
-        table.board.flip(word, field, code, Codec::kBusy, /*publish=*/false);
+        table.board.flip(word, field, code, Codec::kBusy);
         retire_later(slot);
         tally.items -= 1;
       }

@@ -7,6 +7,10 @@
 #include <cstdint>
 
 #if defined(__CUDACC__)
+#include <cooperative_groups.h>
+#endif
+
+#if defined(__CUDACC__)
 #define GPUKV_HD __host__ __device__
 #define GPUKV_HD_INLINE __host__ __device__ __forceinline__
 #else
@@ -55,6 +59,19 @@ GPUKV_HD_INLINE int popcount(std::uint64_t x) {
   return __popcll(x);
 #else
   return __builtin_popcountll(x);
+#endif
+}
+
+// Reserves the next index of an append-only list whose length is *count. On the GPU the threads of a warp
+// that append together take one atomic between them.
+GPUKV_HD_INLINE unsigned long long append_index(unsigned long long* count) {
+#if defined(__CUDA_ARCH__)
+  const auto group = cooperative_groups::coalesced_threads();
+  unsigned long long base = 0;
+  if (group.thread_rank() == 0) base = atomicAdd(count, static_cast<unsigned long long>(group.size()));
+  return group.shfl(base, 0) + group.thread_rank();
+#else
+  return atomic_ref<unsigned long long>(*count).fetch_add(1, memory_order_relaxed);
 #endif
 }
 

@@ -6,6 +6,7 @@
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
 //   RetireFresh    every slot deleted in this pass: BUSY -> TOMBSTONE
+//   PublishNew     every slot inserted in this pass: BUSY -> FULL with its key's info code
 #pragma once
 
 #include <cstdint>
@@ -50,13 +51,18 @@ struct OneOp {
 template <class Ref>
 struct ExecuteOp {
   static constexpr const char* kName = "ExecuteOp";
+  static constexpr bool kProbes = true;  // probes the table: launched for residency (gpu_backend.cu)
   Engine<Ref> e;
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     const std::uint32_t entry = e.pass.group_of[op];
     if (entry == kNoGroup) return;
+    // The key's first board word is fetched together with its group entry: most ops are alone in their
+    // group and go straight on to the probe.
+    const KeyWords key = batch_key(e.table, e.batch, op);
+    const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
+    const std::uint64_t tickets = e.first_tickets(plan);
     if (!group_shared(e.pass.groups, entry)) {
-      const KeyWords key = batch_key(e.table, e.batch, op);
-      e.run_key(key, hash_key(key, e.table.key_words), OneOp{op}, tally);
+      e.run_key(key, plan, tickets, OneOp{op}, tally);
       return;
     }
     const auto slot = atomic_ref<unsigned long long>(e.pass.counters->conflicts).fetch_add(1, memory_order_relaxed);
@@ -102,6 +108,7 @@ GPUKV_UNROLL
 template <class Ref>
 struct ExecuteSegment {
   static constexpr const char* kName = "ExecuteSegment";
+  static constexpr bool kProbes = true;
   Engine<Ref> e;
   std::uint64_t count;  // deferred ops, sorted
   GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
@@ -119,8 +126,8 @@ struct ExecuteSegment {
                                            e.table.key_words);
       }
       if (seen) continue;
-      e.run_key(key, hash_key(key, e.table.key_words), SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key},
-                tally);
+      const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
+      e.run_key(key, plan, e.first_tickets(plan), SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key}, tally);
     }
   }
 };
@@ -136,8 +143,23 @@ struct RetireFresh {
     using Codec = typename Ref::Codec;
     const std::uint64_t slot = fresh[i];
     table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
-                     Codec::kTombstone, /*publish=*/false);
+                     Codec::kTombstone);
     tally.tombstones += 1;
+  }
+};
+
+template <class Ref>
+struct PublishNew {
+  static constexpr const char* kName = "PublishNew";
+  Ref table;
+  const std::uint64_t* published;
+  const Counters* counters;
+  GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
+    if (i >= counters->published) return;  // launched for an upper bound of the pass's inserts
+    using Codec = typename Ref::Codec;
+    const std::uint64_t slot = published[i] >> 8;
+    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
+                     published[i] & 0xFF);
   }
 };
 

@@ -25,6 +25,7 @@ struct PassScratch {
   std::uint32_t* group_of;   // n
   std::uint64_t* conflicts;  // n
   std::uint64_t* fresh;      // n
+  std::uint64_t* published;  // n
 };
 
 // Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
@@ -32,11 +33,11 @@ inline std::uint64_t group_entries(std::uint64_t n) { return std::bit_ceil(std::
 
 // Byte sizes of the PassScratch arrays for a pass of n ops, in declaration order.
 struct ScratchBytes {
-  std::uint64_t groups, group_of, conflicts, fresh;
+  std::uint64_t groups, group_of, conflicts, fresh, published;
 };
 inline ScratchBytes scratch_bytes(std::uint64_t n) {
   return ScratchBytes{group_entries(n) * sizeof(std::uint32_t), n * sizeof(std::uint32_t), n * sizeof(std::uint64_t),
-                      n * sizeof(std::uint64_t)};
+                      n * sizeof(std::uint64_t), n * sizeof(std::uint64_t)};
 }
 
 struct PassStats {
@@ -65,11 +66,12 @@ class PassRunner {
     exec_.zero(scratch.groups, entries * sizeof(std::uint32_t));
     known_.conflicts = 0;
     known_.fresh = 0;
+    known_.published = 0;
     exec_.write_counters(known_);
 
     // If every op of the pass could insert a new key and still fit, no op needs to reserve room atomically.
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.fresh,
-                       counters_, max_items_, known_.items + n > max_items_};
+                       scratch.published, counters_, max_items_, known_.items + n > max_items_};
     const Engine<Ref> engine{table_, batch, pass};
     exec_.for_each(n, GroupOp<Ref>{engine});
     exec_.for_each(n, ExecuteOp<Ref>{engine});
@@ -80,10 +82,13 @@ class PassRunner {
       exec_.sort(scratch.conflicts, deferred);
       exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
     }
-    // The ordered phase may delete up to one slot per deferred op, so retire up to that many more.
+    // The ordered phase may insert or delete one slot per deferred key, so launch for that many more; the
+    // steps read the exact counts on the device.
     const std::uint64_t fresh_bound = known_.fresh + deferred;
+    const std::uint64_t published_bound = known_.published + deferred;
     if (fresh_bound != 0) exec_.for_each(fresh_bound, RetireFresh<Ref>{table_, scratch.fresh, counters_});
-    if (deferred != 0 || fresh_bound != 0) known_ = exec_.read_counters();
+    if (published_bound != 0) exec_.for_each(published_bound, PublishNew<Ref>{table_, scratch.published, counters_});
+    if (deferred != 0 || fresh_bound != 0) known_ = exec_.read_counters();  // items and tombstones are final
 
     stats_.passes += 1;
     stats_.conflict_ops += deferred;

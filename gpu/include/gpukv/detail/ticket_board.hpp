@@ -5,7 +5,7 @@
 // a concurrent table with deletes needs, and the rest of the code space carries info derived from the key:
 //
 //   0        EMPTY      never used since the last clean-up; a lookup that meets one stops
-//   1        BUSY       claimed by a writer that has not published yet, or deleted in the current pass;
+//   1        BUSY       inserted or deleted in the current pass, published when the pass ends;
 //                       lookups pass over it and inserts may not take it (the Stash access bit)
 //   2        TOMBSTONE  deleted in an earlier pass; lookups pass over it, inserts reuse it
 //   3..2^B-1 FULL       holds a key whose info code is this value (2^B - 3 codes: 1, 13 or 253)
@@ -79,9 +79,12 @@ struct Board {
   using Codec = TicketCodec<Bits>;
   std::uint64_t* words;
 
-  // Acquire: a FULL ticket seen here guarantees its slot's key is visible (paired with publish()).
+  // Relaxed: no ordering is needed within a pass. A slot's bytes are written only while its ticket is BUSY,
+  // and a BUSY ticket becomes FULL or TOMBSTONE only in the step after the pass (PublishNew, RetireFresh).
+  // So every FULL ticket a lookup meets was published by an earlier kernel (or, on the CPU, before the
+  // thread pool's last join), and that boundary orders the slot's bytes before the lookup.
   GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
-    return atomic_ref<std::uint64_t>(words[word]).load(memory_order_acquire);
+    return atomic_ref<std::uint64_t>(words[word]).load(memory_order_relaxed);
   }
 
   // Turns an EMPTY or TOMBSTONE ticket into BUSY. `seen` is the caller's latest view of the word and is
@@ -96,15 +99,8 @@ struct Board {
 
   // Changes a ticket this thread owns from one known code to another. XOR touches no other ticket and needs
   // no retry; the caller's ownership (BUSY, or the only thread that may change this key) makes it safe.
-  GPUKV_HD_INLINE void flip(std::uint64_t word, int field, std::uint64_t from, std::uint64_t to,
-                            bool publish) const {
-    const std::uint64_t delta = (from ^ to) << (field * Bits);
-    atomic_ref<std::uint64_t> ref(words[word]);
-    if (publish) {
-      ref.fetch_xor(delta, memory_order_release);  // the slot's bytes become visible with the ticket
-    } else {
-      ref.fetch_xor(delta, memory_order_relaxed);
-    }
+  GPUKV_HD_INLINE void flip(std::uint64_t word, int field, std::uint64_t from, std::uint64_t to) const {
+    atomic_ref<std::uint64_t>(words[word]).fetch_xor((from ^ to) << (field * Bits), memory_order_relaxed);
   }
 };
 
