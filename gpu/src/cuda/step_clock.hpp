@@ -26,7 +26,7 @@ class StepClock {
     for (auto& p : pool_) cudaEventDestroy(p);
   }
 
-  // Prints the steps since the last report (the stream must be synchronised) and starts over.
+  // Prints the steps since the last report and starts over.
   void report(std::uint64_t ops) {
     if (!on_) return;
     collect();
@@ -53,11 +53,12 @@ class StepClock {
     if (!on_) return;
     GPUKV_CUDA_CHECK(cudaEventRecord(pending_.back().stop, stream));
   }
-  // Call after the stream has been synchronised.
+  // Waits for the recorded steps to finish and adds them to the totals.
   void collect() {
     if (!on_) return;
     for (const Pending& p : pending_) {
       float ms = 0;
+      GPUKV_CUDA_CHECK(cudaEventSynchronize(p.stop));
       GPUKV_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
       Total& t = totals_[p.name];
       t.ms += ms;
