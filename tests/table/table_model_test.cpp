@@ -101,7 +101,8 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   testing::Test::RecordProperty("fulls", std::to_string(model.fulls()));
   testing::Test::RecordProperty("cleanups", std::to_string(stats.cleanups));
   testing::Test::RecordProperty("conflict_ops", std::to_string(stats.conflict_ops));
-  EXPECT_GT(model.fulls(), 0u) << "the sequence never filled the table";
+  // The workload itself must have reached the cases it is for (shortened runs, as under TSan, may not fill).
+  if (scale() >= 1.0) EXPECT_GT(model.fulls(), 0u) << "the sequence never filled the table";
   EXPECT_GT(stats.conflict_ops, 0u) << "no batch repeated a key";
 }
 

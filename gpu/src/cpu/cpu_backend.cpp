@@ -64,6 +64,9 @@ class CpuExecutor {
       atomic_ref<unsigned long long>(counters_->tombstones)
           .fetch_add(static_cast<unsigned long long>(t.tombstones), memory_order_relaxed);
     }
+    if (t.pending != 0) {
+      atomic_ref<unsigned long long>(counters_->pending).fetch_add(static_cast<unsigned long long>(t.pending), memory_order_relaxed);
+    }
   }
 
   ThreadPool& pool_;
@@ -102,8 +105,7 @@ class CpuBackend final : public Backend {
   HostBuffer groups_;
   HostBuffer group_of_;
   HostBuffer conflicts_;
-  HostBuffer fresh_;
-  HostBuffer published_;
+  HostBuffer pending_;
   // Pass scratch, grown to the largest pass seen so far.
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {
@@ -111,12 +113,11 @@ class CpuBackend final : public Backend {
       groups_ = HostBuffer(bytes.groups);
       group_of_ = HostBuffer(bytes.group_of);
       conflicts_ = HostBuffer(bytes.conflicts);
-      fresh_ = HostBuffer(bytes.fresh);
-      published_ = HostBuffer(bytes.published);
+      pending_ = HostBuffer(bytes.pending);
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       fresh_.as<std::uint64_t>(), published_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>()};
   }
 
   Counters counters_{};

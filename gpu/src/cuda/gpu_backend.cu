@@ -35,13 +35,17 @@ constexpr int min_blocks() {
 __device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
   long long items = tally.items;
   long long tombstones = tally.tombstones;
+  long long pending = tally.pending;
   for (int offset = 16; offset > 0; offset /= 2) {
     items += __shfl_xor_sync(0xFFFFFFFFu, items, offset);
     tombstones += __shfl_xor_sync(0xFFFFFFFFu, tombstones, offset);
+    pending += __shfl_xor_sync(0xFFFFFFFFu, pending, offset);
   }
   if ((threadIdx.x & 31) == 0) {
+    // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
     if (items != 0) atomicAdd(&counters->items, static_cast<unsigned long long>(items));
     if (tombstones != 0) atomicAdd(&counters->tombstones, static_cast<unsigned long long>(tombstones));
+    if (pending != 0) atomicAdd(&counters->pending, static_cast<unsigned long long>(pending));
   }
 }
 
@@ -275,12 +279,11 @@ class GpuBackend final : public Backend {
       groups_ = DeviceBuffer(bytes.groups, "batch grouping");
       group_of_ = DeviceBuffer(bytes.group_of, "batch grouping");
       conflicts_ = DeviceBuffer(bytes.conflicts, "deferred ops");
-      fresh_ = DeviceBuffer(bytes.fresh, "deleted slots");
-      published_ = DeviceBuffer(bytes.published, "inserted slots");
+      pending_ = DeviceBuffer(bytes.pending, "pass results");
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       fresh_.as<std::uint64_t>(), published_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>()};
   }
 
   DeviceBuffer counters_;
@@ -290,8 +293,7 @@ class GpuBackend final : public Backend {
   DeviceBuffer groups_;
   DeviceBuffer group_of_;
   DeviceBuffer conflicts_;
-  DeviceBuffer fresh_;
-  DeviceBuffer published_;
+  DeviceBuffer pending_;
   DeviceColumns staging_;
 };
 

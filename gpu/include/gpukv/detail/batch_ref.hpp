@@ -48,8 +48,8 @@ struct Counters {
   unsigned long long items;       // live keys, including keys being written in the current pass
   unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
-  unsigned long long fresh;       // this pass: slots deleted (BUSY until the pass retires them)
-  unsigned long long published;   // this pass: slots inserted (BUSY until the pass publishes them)
+  unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
+  unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
 };
 
@@ -57,7 +57,12 @@ struct Counters {
 struct Tally {
   long long items = 0;
   long long tombstones = 0;
+  long long pending = 0;
 };
+
+// What FinishPass does for one op: nothing, or set the BUSY ticket of a slot to a code (FULL for a new
+// key, TOMBSTONE for a deleted one), packed as (slot << 8 | code).
+inline constexpr std::uint64_t kNothingPending = ~std::uint64_t{0};
 
 // Sentinel in group_of[] for an op rejected as malformed.
 inline constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
@@ -68,8 +73,7 @@ struct PassRef {
   std::uint64_t group_mask;
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
-  std::uint64_t* fresh;        // slots deleted in this pass
-  std::uint64_t* published;    // slots inserted in this pass, as (slot << 8 | info code)
+  std::uint64_t* pending;      // per op: what FinishPass does (kNothingPending or slot << 8 | code)
   Counters* counters;
   std::uint64_t max_items;
   bool checked;                // reserve each new key against max_items (the pass may fill the table)

@@ -59,7 +59,7 @@ struct CleanupCount {
       const std::uint64_t slot = Ref::slot_of(word, field);
       if (w.in_table(slot) && Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) ++moved;
     }
-    if (moved != 0) atomic_ref<unsigned long long>(counters->fresh).fetch_add(moved, memory_order_relaxed);
+    if (moved != 0) atomic_ref<unsigned long long>(counters->extracted).fetch_add(moved, memory_order_relaxed);
   }
 };
 
@@ -81,7 +81,7 @@ struct CleanupExtract {
       if (code == Codec::kTombstone) {
         cleaned &= clear;
       } else if (code >= Codec::kFirstFull && w.displaced(slot)) {
-        const auto index = atomic_ref<unsigned long long>(counters->fresh).fetch_add(1, memory_order_relaxed);
+        const auto index = atomic_ref<unsigned long long>(counters->extracted).fetch_add(1, memory_order_relaxed);
         const auto* from = reinterpret_cast<const std::uint64_t*>(w.table.slot(slot));
         auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * w.table.slot_stride);
         for (std::uint32_t j = 0; j < w.table.slot_stride / 8; ++j) to[j] = from[j];

@@ -11,8 +11,9 @@
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
 //  * No thread reads a slot written in the same pass. A new key's slot stays BUSY (skipped by every lookup)
-//    until PublishNew runs after the pass; a deleted slot stays BUSY until RetireFresh, so nobody can reuse it
-//    and rewrite its key while a reader that saw its old FULL ticket compares against it; an overwrite
+//    until FinishPass publishes it after the pass; a deleted slot stays BUSY until FinishPass makes it a
+//    TOMBSTONE, so nobody can reuse it and rewrite its key while a reader that saw its old FULL ticket
+//    compares against it; an overwrite
 //    rewrites only the value, which only the key's own thread reads. So a lookup never sees a half-written
 //    key or value, and the pass needs no memory fences: kernel boundaries order everything.
 #pragma once
@@ -122,13 +123,6 @@ struct Engine {
     }
   }
 
-  // A slot deleted in this pass stays BUSY until RetireFresh turns it into a TOMBSTONE after the pass.
-  GPUKV_HD void retire_later(std::uint64_t slot) const { pass.fresh[append_index(&pass.counters->fresh)] = slot; }
-
-  // A slot inserted in this pass stays BUSY until PublishNew gives it its FULL code after the pass.
-  GPUKV_HD void publish_later(std::uint64_t slot, std::uint64_t code) const {
-    pass.published[append_index(&pass.counters->published)] = (slot << 8) | code;
-  }
 
   GPUKV_HD void write_get(std::uint64_t op, std::uint64_t slot, long long source) const {
     if (batch.out_values == nullptr) return;
@@ -158,8 +152,13 @@ struct Engine {
     bool present = at.hit;
     long long source = -1;    // op whose value is current; -1 = the value stored in the slot
 
-    std::uint64_t op;
+    // Every op of the pass writes its pending[] entry; the key's last op carries the commit's entry.
+    std::uint64_t op = 0, last_op = 0;
+    bool any = false;
     while (ops.next(op)) {
+      if (any) pass.pending[last_op] = kNothingPending;
+      last_op = op;
+      any = true;
       switch (batch.kind(op)) {
         case OpKind::kGet:
           if (present) write_get(op, slot, source);
@@ -195,27 +194,31 @@ struct Engine {
       }
     }
 
-    // Commit: the final state of the key reaches the table once.
-    const std::uint64_t word = slot / Codec::kPerWord;
-    const int field = static_cast<int>(slot % Codec::kPerWord);
+    // Commit: the final state of the key reaches the table once. A new or deleted slot stays BUSY until
+    // FinishPass sets the code recorded here.
+    std::uint64_t pending = kNothingPending;
     if (claimed) {
       if (present) {
         table.store_key(slot, key);
         store_value(slot, static_cast<std::uint64_t>(source));
-        publish_later(slot, code);
+        pending = (slot << 8) | code;
       } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
-        retire_later(slot);
+        pending = (slot << 8) | Codec::kTombstone;
         tally.items -= 1;
+        tally.tombstones += 1;
       }
     } else if (at.hit) {
       if (present) {
         if (source >= 0) store_value(slot, static_cast<std::uint64_t>(source));
       } else {
-        table.board.flip(word, field, code, Codec::kBusy);
-        retire_later(slot);
+        table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), code, Codec::kBusy);
+        pending = (slot << 8) | Codec::kTombstone;
         tally.items -= 1;
+        tally.tombstones += 1;
       }
     }
+    if (pending != kNothingPending) tally.pending += 1;
+    if (any) pass.pending[last_op] = pending;
   }
 };
 

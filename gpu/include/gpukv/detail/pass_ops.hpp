@@ -5,8 +5,7 @@
 //   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
-//   RetireFresh    every slot deleted in this pass: BUSY -> TOMBSTONE
-//   PublishNew     every slot inserted in this pass: BUSY -> FULL with its key's info code
+//   FinishPass     every op (if the pass changed any ticket): a BUSY ticket it left -> FULL or TOMBSTONE
 #pragma once
 
 #include <cstdint>
@@ -55,7 +54,10 @@ struct ExecuteOp {
   Engine<Ref> e;
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     const std::uint32_t entry = e.pass.group_of[op];
-    if (entry == kNoGroup) return;
+    if (entry == kNoGroup) {
+      e.pass.pending[op] = kNothingPending;
+      return;
+    }
     // The key's first board word is fetched together with its group entry: most ops are alone in their
     // group and go straight on to the probe.
     const KeyWords key = batch_key(e.table, e.batch, op);
@@ -65,8 +67,7 @@ struct ExecuteOp {
       e.run_key(key, plan, tickets, OneOp{op}, tally);
       return;
     }
-    const auto slot = atomic_ref<unsigned long long>(e.pass.counters->conflicts).fetch_add(1, memory_order_relaxed);
-    e.pass.conflicts[slot] = (std::uint64_t{entry} << 32) | op;
+    e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
   }
 };
 
@@ -132,34 +133,18 @@ struct ExecuteSegment {
   }
 };
 
+// Settles the tickets a pass left BUSY, indexed by op: no atomics on shared counters, one coalesced read.
 template <class Ref>
-struct RetireFresh {
-  static constexpr const char* kName = "RetireFresh";
+struct FinishPass {
+  static constexpr const char* kName = "FinishPass";
   Ref table;
-  const std::uint64_t* fresh;
-  const Counters* counters;
-  GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
-    if (i >= counters->fresh) return;  // launched for an upper bound of the pass's deletions
+  const std::uint64_t* pending;
+  GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
-    const std::uint64_t slot = fresh[i];
-    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
-                     Codec::kTombstone);
-    tally.tombstones += 1;
-  }
-};
-
-template <class Ref>
-struct PublishNew {
-  static constexpr const char* kName = "PublishNew";
-  Ref table;
-  const std::uint64_t* published;
-  const Counters* counters;
-  GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
-    if (i >= counters->published) return;  // launched for an upper bound of the pass's inserts
-    using Codec = typename Ref::Codec;
-    const std::uint64_t slot = published[i] >> 8;
-    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
-                     published[i] & 0xFF);
+    const std::uint64_t p = pending[op];
+    if (p == kNothingPending) return;
+    const std::uint64_t slot = p >> 8;
+    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
   }
 };
 

@@ -24,8 +24,7 @@ struct PassScratch {
   std::uint32_t* groups;     // group_entries(n) entries
   std::uint32_t* group_of;   // n
   std::uint64_t* conflicts;  // n
-  std::uint64_t* fresh;      // n
-  std::uint64_t* published;  // n
+  std::uint64_t* pending;    // n
 };
 
 // Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
@@ -33,11 +32,11 @@ inline std::uint64_t group_entries(std::uint64_t n) { return std::bit_ceil(std::
 
 // Byte sizes of the PassScratch arrays for a pass of n ops, in declaration order.
 struct ScratchBytes {
-  std::uint64_t groups, group_of, conflicts, fresh, published;
+  std::uint64_t groups, group_of, conflicts, pending;
 };
 inline ScratchBytes scratch_bytes(std::uint64_t n) {
   return ScratchBytes{group_entries(n) * sizeof(std::uint32_t), n * sizeof(std::uint32_t), n * sizeof(std::uint64_t),
-                      n * sizeof(std::uint64_t), n * sizeof(std::uint64_t)};
+                      n * sizeof(std::uint64_t)};
 }
 
 struct PassStats {
@@ -65,13 +64,12 @@ class PassRunner {
     const std::uint64_t entries = group_entries(n);
     exec_.zero(scratch.groups, entries * sizeof(std::uint32_t));
     known_.conflicts = 0;
-    known_.fresh = 0;
-    known_.published = 0;
+    known_.pending = 0;
     exec_.write_counters(known_);
 
     // If every op of the pass could insert a new key and still fit, no op needs to reserve room atomically.
-    const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.fresh,
-                       scratch.published, counters_, max_items_, known_.items + n > max_items_};
+    const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
+                       counters_, max_items_, known_.items + n > max_items_};
     const Engine<Ref> engine{table_, batch, pass};
     exec_.for_each(n, GroupOp<Ref>{engine});
     exec_.for_each(n, ExecuteOp<Ref>{engine});
@@ -82,13 +80,9 @@ class PassRunner {
       exec_.sort(scratch.conflicts, deferred);
       exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
     }
-    // The ordered phase may insert or delete one slot per deferred key, so launch for that many more; the
-    // steps read the exact counts on the device.
-    const std::uint64_t fresh_bound = known_.fresh + deferred;
-    const std::uint64_t published_bound = known_.published + deferred;
-    if (fresh_bound != 0) exec_.for_each(fresh_bound, RetireFresh<Ref>{table_, scratch.fresh, counters_});
-    if (published_bound != 0) exec_.for_each(published_bound, PublishNew<Ref>{table_, scratch.published, counters_});
-    if (deferred != 0 || fresh_bound != 0) known_ = exec_.read_counters();  // items and tombstones are final
+    // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
+    if (known_.pending != 0 || deferred != 0) exec_.for_each(n, FinishPass<Ref>{table_, scratch.pending});
+    if (deferred != 0) known_ = exec_.read_counters();  // the ordered phase changed items and tombstones
 
     stats_.passes += 1;
     stats_.conflict_ops += deferred;
@@ -103,23 +97,23 @@ class PassRunner {
   bool cleanup() {
     const CleanupWord<Ref> word{table_};
     const std::uint64_t words = (table_.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
-    known_.fresh = 0;
+    known_.extracted = 0;
     exec_.write_counters(known_);
     exec_.for_each(words, CleanupCount<Ref>{word, counters_});
-    const std::uint64_t displaced = exec_.read_counters().fresh;
+    const std::uint64_t displaced = exec_.read_counters().extracted;
 
     auto buffer = exec_.allocate(displaced * table_.slot_stride);
     if (displaced != 0 && buffer.empty()) return false;
-    known_.fresh = 0;
+    known_.extracted = 0;
     exec_.write_counters(known_);
     exec_.for_each(words, CleanupExtract<Ref>{word, buffer.data(), counters_});
     exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), counters_});
     known_ = exec_.read_counters();
-    if (known_.lost != 0 || known_.fresh != displaced) {
+    if (known_.lost != 0 || known_.extracted != displaced) {
       throw Error(Error::Code::kInternal, "tombstone clean-up could not re-place every key");
     }
     known_.tombstones = 0;
-    known_.fresh = 0;
+    known_.extracted = 0;
     exec_.write_counters(known_);
     stats_.cleanups += 1;
     next_cleanup_ = cleanup_step_;

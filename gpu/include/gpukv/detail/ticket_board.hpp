@@ -80,7 +80,7 @@ struct Board {
   std::uint64_t* words;
 
   // Relaxed: no ordering is needed within a pass. A slot's bytes are written only while its ticket is BUSY,
-  // and a BUSY ticket becomes FULL or TOMBSTONE only in the step after the pass (PublishNew, RetireFresh).
+  // and a BUSY ticket becomes FULL or TOMBSTONE only in the step after the pass (FinishPass).
   // So every FULL ticket a lookup meets was published by an earlier kernel (or, on the CPU, before the
   // thread pool's last join), and that boundary orders the slot's bytes before the lookup.
   GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
