@@ -54,7 +54,7 @@ Geometry make_geometry(const TableConfig& c) {
   Geometry g;
   g.key_words = c.key_width / 8;
   g.value_stride = value_stride(c.value_width);
-  g.slot_stride = kSlotHeaderBytes + c.key_width + g.value_stride;
+  g.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + g.value_stride);
   const std::uint64_t per_word = 64 / c.ticket_bits;
   if (c.probing == Probing::kGroup) {
     g.units = next_prime(std::max<std::uint64_t>(2, (c.capacity + per_word - 1) / per_word));

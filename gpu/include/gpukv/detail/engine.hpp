@@ -132,11 +132,6 @@ struct Engine {
     if (batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
   }
 
-  GPUKV_HD void store_value(std::uint64_t slot, std::uint64_t source) const {
-    const std::uint32_t len = batch.value_lens[source];
-    *table.value_len(slot) = len;
-    copy_value(table.value_words_at(slot), batch.value_words(source), len);
-  }
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices; all of them carry this key.
   // `tickets` is first_tickets(plan).
@@ -199,8 +194,7 @@ struct Engine {
     std::uint64_t pending = kNothingPending;
     if (claimed) {
       if (present) {
-        table.store_key(slot, key);
-        store_value(slot, static_cast<std::uint64_t>(source));
+        table.store_new(slot, key, batch.value_words(source), batch.value_lens[source]);
         pending = (slot << 8) | code;
       } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
         pending = (slot << 8) | Codec::kTombstone;
@@ -209,7 +203,7 @@ struct Engine {
       }
     } else if (at.hit) {
       if (present) {
-        if (source >= 0) store_value(slot, static_cast<std::uint64_t>(source));
+        if (source >= 0) table.store_value(slot, batch.value_words(source), batch.value_lens[source]);
       } else {
         table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), code, Codec::kBusy);
         pending = (slot << 8) | Codec::kTombstone;

@@ -3,7 +3,12 @@
 //
 // Slots: one per ticket, `slot_stride` bytes each, in the same order as the tickets:
 //
-//   | key_len u32 | value_len u32 | key: key_width bytes | value: value_stride bytes |
+//   | key_len u32 | value_len u32 | key: key_width bytes | value: value_stride bytes | zeros to 32 B |
+//
+// The stride is a whole number of 32-byte sectors (the unit GPU memory moves), so a slot never straddles
+// more sectors than it must, and a write can cover every sector it touches completely: a partial sector
+// write costs HBM a read-modify-write. For 8-byte keys and values that is 32 bytes where 24 would hold the
+// data; the benchmark counts bytes per stored pair with it.
 //
 // Key and value are zero-padded past their lengths. The two lengths sit in separate 32-bit fields because
 // they have different writers: key_len (with the key) is written only while the ticket is BUSY, value_len
@@ -23,6 +28,11 @@
 namespace gpukv::detail {
 
 inline constexpr std::uint32_t kSlotHeaderBytes = 8;
+inline constexpr std::uint32_t kSectorBytes = 32;
+
+constexpr std::uint32_t round_up_to_sectors(std::uint32_t bytes) {
+  return (bytes + kSectorBytes - 1) / kSectorBytes * kSectorBytes;
+}
 
 template <int Bits, Probing P>
 struct TableRef {
@@ -35,7 +45,7 @@ struct TableRef {
   std::uint64_t capacity;      // slots that can hold keys
   std::uint32_t key_words;     // key_width / 8
   std::uint32_t value_stride;  // value bytes per slot, a multiple of 8
-  std::uint32_t slot_stride;   // kSlotHeaderBytes + 8 * key_words + value_stride
+  std::uint32_t slot_stride;   // kSlotHeaderBytes + 8 * key_words + value_stride, rounded up to sectors
 
   GPUKV_HD_INLINE std::uint64_t word_of(std::uint64_t unit) const {
     if constexpr (P == Probing::kGroup) {
@@ -81,13 +91,37 @@ GPUKV_UNROLL
     return equal;
   }
 
-  GPUKV_HD_INLINE void store_key(std::uint64_t index, const KeyWords& k) const {
-    *key_len(index) = k.len;
-    std::uint64_t* stored = key_words_at(index);
+  // Fills a slot nobody else reads (its ticket is BUSY): header, key and value in 8-byte stores, with zeros
+  // to the end of the value's last sector so that every sector written is written whole.
+  GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const std::uint64_t* value,
+                                 std::uint32_t value_bytes) const {
+    auto* words = reinterpret_cast<std::uint64_t*>(slot(index));
+    words[0] = std::uint64_t{k.len} | (std::uint64_t{value_bytes} << 32);
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
-      if (j < key_words) stored[j] = k.w[j];
+      if (j < key_words) words[1 + j] = k.w[j];
     }
+    store_value_words(index, value, value_bytes);
+  }
+
+  // Replaces the value of a slot whose key only this thread may change. value_len has its own 32-bit field:
+  // other threads may be comparing key_len next to it.
+  GPUKV_HD_INLINE void store_value(std::uint64_t index, const std::uint64_t* value, std::uint32_t value_bytes) const {
+    *value_len(index) = value_bytes;
+    store_value_words(index, value, value_bytes);
+  }
+
+ private:
+  GPUKV_HD_INLINE void store_value_words(std::uint64_t index, const std::uint64_t* value, std::uint32_t value_bytes) const {
+    std::uint64_t* out = value_words_at(index);
+    const std::uint32_t full = value_bytes / 8;
+    for (std::uint32_t j = 0; j < full; ++j) out[j] = value[j];
+    std::uint32_t written = full;
+    if (value_bytes % 8 != 0) out[written++] = value[full] & byte_mask(value_bytes % 8);
+    // Zero the rest of the last sector touched (the value starts 8 + 8 * key_words bytes into the slot).
+    const std::uint32_t first_word = 1 + key_words;
+    const std::uint32_t end = round_up_to_sectors((first_word + written) * 8) / 8;
+    for (std::uint32_t j = first_word + written; j < end; ++j) out[j - first_word] = 0;
   }
 };
 
