@@ -352,6 +352,46 @@ void bench_linear_probing(std::uint64_t n, const std::vector<double>& loads, int
   }
 }
 
+// The Stash / clStash switch point (Stash section III.C.2, Figure 13): fill an empty table in chunks of 5%
+// of its capacity with each lane schedule and time every chunk; clStash pays off from the load at which its
+// chunks become faster.
+void bench_switch(const TableRun& base, int repeats) {
+  const std::uint32_t stride = value_stride(base.vw);
+  for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {
+    TableRun r = base;
+    r.lanes = lanes;
+    r.load = 1.0;
+    const TableConfig config = table_config(r);
+    std::uint64_t capacity;
+    {
+      Table probe(config);
+      capacity = probe.stats().capacity;
+    }
+    const std::uint64_t chunk = capacity / 20;
+    Batch batch(chunk, r.kw, stride);
+    DeviceArray<std::uint8_t> lens(chunk);
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, chunk, static_cast<std::uint8_t>(OpKind::kPut));
+    make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, chunk, r.vw, stride, 3);
+    CHECK(cudaDeviceSynchronize());
+    std::vector<double> best(19, 1e30);
+    Timer timer;
+    for (int rep = 0; rep < repeats; ++rep) {
+      Table table(config);
+      for (int c = 0; c < 19; ++c) {  // up to 95%
+        make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, chunk, r.kw, c * chunk, 9);
+        CHECK(cudaDeviceSynchronize());
+        timer.start();
+        table.execute_on_device(batch.in(chunk), batch.out());
+        best[c] = std::min(best[c], timer.stop_ms());
+        expect_status(batch, chunk, OpStatus::kOk, "switch fill");
+      }
+    }
+    for (int c = 0; c < 19; ++c) {
+      print_result("switch_insert", describe(r), (c + 1) * 0.05, chunk, best[c], "");
+    }
+  }
+}
+
 Probing parse_probing(const std::string& s) { return s == "single" ? Probing::kSingle : Probing::kGroup; }
 LaneMode parse_lanes(const std::string& s) {
   return s == "stash" ? LaneMode::kStash : s == "clstash" ? LaneMode::kClStash : LaneMode::kAuto;
@@ -374,12 +414,20 @@ int main(int argc, char** argv) {
   const std::vector<double> loads = flags.doubles("loads", "0.5,0.8,0.9,0.95");
   const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 27);
   const int repeats = static_cast<int>(flags.u64("repeats", 3));
-  const std::string parts = flags.str("parts", "hw,lp,table");
+  const std::string parts = flags.str("parts", "hw,lp,table");  // also: switch
   if (parts.find("hw") != std::string::npos) bench_hardware();
   if (parts.find("lp") != std::string::npos) bench_linear_probing(flags.u64("lp_n", n), loads, repeats);
+  if (parts.find("switch") != std::string::npos) {
+    for (std::uint64_t tickets : flags.u64s("tickets", "8")) {
+      TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
+                 static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")), gpukv::LaneMode::kAuto,
+                 static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]), 1.0, n, repeats};
+      bench_switch(r, repeats);
+    }
+  }
   if (parts.find("table") != std::string::npos) {
     for (std::uint64_t tickets : flags.u64s("tickets", "8")) {
-      for (std::uint64_t max_batch : flags.u64s("max_batch", "1048576")) {
+      for (std::uint64_t max_batch : flags.u64s("max_batch", "4194304")) {
         for (double load : loads) {
           TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
                      static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),

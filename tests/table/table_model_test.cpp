@@ -24,13 +24,15 @@ struct ModelCase {
   std::uint32_t max_batch = 1 << 20;
   unsigned cpu_threads = 0;
   double max_load = 0.95;
+  LaneMode lanes = LaneMode::kAuto;
 };
 
 std::string case_name(const testing::TestParamInfo<ModelCase>& info) {
   const ModelCase& c = info.param;
   return std::string(to_string(c.backend)) + "_k" + std::to_string(c.key_width) + "_v" + std::to_string(c.value_width) +
          "_t" + std::to_string(c.ticket_bits) + "_" + to_string(c.probing) + "_cap" + std::to_string(c.capacity) +
-         "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100));
+         "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100)) + "_" +
+         to_string(c.lanes);
 }
 
 // Scales the op counts: GPUKV_TEST_SCALE=10 runs ten times longer sequences (the TSan build uses less).
@@ -53,6 +55,7 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   config.max_load_factor = c.max_load;
   config.max_batch = c.max_batch;
   config.cpu_threads = c.cpu_threads;
+  config.lanes = c.lanes;
   Table table(config);
   const std::uint64_t max_items = table.stats().max_items;
   Model model(max_items);
@@ -134,6 +137,14 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
   v.push_back({backend, 8, 8, 8, Probing::kGroup, 2000, ops(150000), /*max_batch=*/97});
   v.push_back({backend, 16, 16, 4, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0});
   v.push_back({backend, 8, 8, 8, Probing::kGroup, 60000, ops(1000000)});
+  if (backend == BackendKind::kGpu) {
+    // Both lane schedules of the GPU's probing kernel, each on its own for the whole sequence.
+    for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {
+      v.push_back({backend, 8, 8, 8, Probing::kGroup, 20000, ops(500000), 1 << 20, 0, 0.95, lanes});
+      v.push_back({backend, 16, 128, 4, Probing::kSingle, 4000, ops(200000), 1 << 20, 0, 0.95, lanes});
+      v.push_back({backend, 32, 8, 2, Probing::kGroup, 4000, ops(200000), 1 << 20, 0, 1.0, lanes});
+    }
+  }
   return v;
 }
 

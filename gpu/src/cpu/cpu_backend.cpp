@@ -48,6 +48,11 @@ class CpuExecutor {
       add(tally);
     });
   }
+  // Collaborative lanes are a SIMT schedule; host threads have no lanes to idle, so both modes are one loop.
+  template <class F>
+  void execute(std::uint64_t n, const F& f, bool /*collaborative*/) {
+    for_each(n, f);
+  }
   void zero(void* p, std::uint64_t bytes) { std::memset(p, 0, bytes); }
   void sort(std::uint64_t* keys, std::uint64_t n) { std::sort(keys, keys + n); }
   Counters read_counters() const { return *counters_; }
@@ -84,7 +89,7 @@ class CpuBackend final : public Backend {
         slots_(g.capacity * g.slot_stride),
         exec_(pool_, &counters_),
         runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, &counters_, g.max_items,
-                g.cleanup_tombstones) {}
+                g.cleanup_tombstones, config.lanes, config.clstash_load) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");

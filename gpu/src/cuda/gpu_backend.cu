@@ -8,6 +8,7 @@
 #include <string>
 
 #include "../backend.hpp"
+#include "clstash_kernel.cuh"
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
 #include "step_clock.hpp"
@@ -57,14 +58,22 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
   flush_tally(tally, counters);
 }
 
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
+    clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, Counters* counters) {
+  Tally tally;
+  clstash_execute<kBlockThreads>(n, f, tally);
+  flush_tally(tally, counters);
+}
+
 __global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
 
-// Blocks of one kernel that fit on the device at once: the grid of a grid-stride launch.
-template <class F>
-int resident_blocks(int sm_count) {
-  static const int per_sm = [] {
+// Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch.
+template <class Kernel>
+int resident_blocks(Kernel kernel, int sm_count) {
+  static const int per_sm = [&] {
     int blocks = 0;
-    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, for_each_kernel<F>, kBlockThreads, 0));
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0));
     return std::max(1, blocks);
   }();
   return per_sm * sm_count;
@@ -79,9 +88,24 @@ class CudaExecutor {
   void for_each(std::uint64_t n, const F& f) {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
-    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<F>(sm_count_)));
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(for_each_kernel<F>, sm_count_)));
     clock_.begin(stream_, F::kName);
     for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
+    GPUKV_CUDA_CHECK_LAUNCH();
+    clock_.end(stream_);
+  }
+
+  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash).
+  template <class Ref>
+  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, bool collaborative) {
+    if (!collaborative || n == 0) {
+      for_each(n, f);
+      return;
+    }
+    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(clstash_kernel<Ref>, sm_count_)));
+    clock_.begin(stream_, "ExecuteOp/clStash");
+    clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
     GPUKV_CUDA_CHECK_LAUNCH();
     clock_.end(stream_);
   }
@@ -204,7 +228,7 @@ class GpuBackend final : public Backend {
         counters_(sizeof(Counters), "counters"),
         exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
         runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, counters_.as<Counters>(),
-                g.max_items, g.cleanup_tombstones) {
+                g.max_items, g.cleanup_tombstones, config.lanes, config.clstash_load) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
     exec_.zero(board_.data(), board_.bytes());
     exec_.write_counters(Counters{});

@@ -37,6 +37,18 @@ struct Location {
   std::uint64_t claim_tickets = 0; // that unit's board word as seen then (claim() starts from it)
 };
 
+// One key's walk along its probe sequence, resumable a unit at a time: Stash walks it to the end in one
+// thread; clStash parks unfinished walks in shared memory and hands them to idle lanes (clstash_kernel.cuh).
+struct Probe {
+  KeyWords key;
+  ProbePlan plan;
+  std::uint64_t code;     // the key's info code
+  std::uint64_t unit;     // the next unit to examine
+  std::uint64_t probe;    // its position in the sequence
+  std::uint64_t tickets;  // its board word when probe == 0 (loaded early); reloaded for later units
+  Location at;            // the outcome so far; final once step() returns true
+};
+
 template <class Ref>
 struct Engine {
   using Codec = typename Ref::Codec;
@@ -50,34 +62,44 @@ struct Engine {
     return table.board.load(table.word_of(plan.first));
   }
 
-  // Walks the probe sequence until the key is found or a unit with an EMPTY ticket ends it. `tickets` is
-  // the first unit's board word (first_tickets()).
-  GPUKV_HD Location locate(const KeyWords& key, const ProbePlan& plan, std::uint64_t code,
-                           std::uint64_t tickets) const {
-    Location at;
-    std::uint64_t unit = plan.first;
-    for (std::uint64_t probe = 0; probe < table.units; ++probe) {
-      const std::uint64_t word = table.word_of(unit);
-      const std::uint64_t lanes = table.lanes_of(unit);
-      if (probe != 0) tickets = table.board.load(word);
-      for (std::uint64_t matches = Codec::match(tickets, code) & lanes; matches != 0; matches &= matches - 1) {
-        const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(matches));
-        if (table.key_equals(slot, key)) {
-          at.hit = true;
-          at.slot = slot;
-          return at;
-        }
+  // A walk for `key` from the plan's first unit, whose board word `tickets` the caller loaded early
+  // (first_tickets()), so that its latency overlapped other work.
+  GPUKV_HD_INLINE Probe start(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets) const {
+    Probe p;
+    p.key = key;
+    p.plan = plan;
+    p.code = Codec::info_code(plan.info);
+    p.unit = plan.first;
+    p.probe = 0;
+    p.tickets = tickets;
+    return p;
+  }
+
+  // Examines one unit of the walk. Returns true when the walk is over: the key was found, or a unit with an
+  // EMPTY ticket proves it absent, or every unit has been seen.
+  GPUKV_HD bool step(Probe& p) const {
+    if (p.probe >= table.units) return true;
+    const std::uint64_t word = table.word_of(p.unit);
+    const std::uint64_t lanes = table.lanes_of(p.unit);
+    const std::uint64_t tickets = p.probe == 0 ? p.tickets : table.board.load(word);
+    for (std::uint64_t matches = Codec::match(tickets, p.code) & lanes; matches != 0; matches &= matches - 1) {
+      const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(matches));
+      if (table.key_equals(slot, p.key)) {
+        p.at.hit = true;
+        p.at.slot = slot;
+        return true;
       }
-      if (!at.can_claim && (Codec::available(tickets) & lanes) != 0) {
-        at.can_claim = true;
-        at.claim_unit = unit;
-        at.claim_probe = probe;
-        at.claim_tickets = tickets;
-      }
-      if ((Codec::empty(tickets) & lanes) != 0) return at;
-      unit = next_unit(unit, plan.step, table.units);
     }
-    return at;
+    if (!p.at.can_claim && (Codec::available(tickets) & lanes) != 0) {
+      p.at.can_claim = true;
+      p.at.claim_unit = p.unit;
+      p.at.claim_probe = p.probe;
+      p.at.claim_tickets = tickets;
+    }
+    if ((Codec::empty(tickets) & lanes) != 0) return true;
+    p.unit = next_unit(p.unit, p.plan.step, table.units);
+    p.probe += 1;
+    return false;
   }
 
   // Claims the first available ticket from where locate() saw one. Returns false if none is left.
@@ -138,8 +160,19 @@ struct Engine {
   template <class Ops>
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
                         Tally& tally) const {
-    const std::uint64_t code = Codec::info_code(plan.info);
-    const Location at = locate(key, plan, code, tickets);
+    Probe p = start(key, plan, tickets);
+    while (!step(p)) {
+    }
+    apply(p, ops, tally);
+  }
+
+  // Applies a key's ops, in order, once its walk is over (step() returned true).
+  template <class Ops>
+  GPUKV_HD void apply(const Probe& p, Ops ops, Tally& tally) const {
+    const KeyWords& key = p.key;
+    const ProbePlan& plan = p.plan;
+    const std::uint64_t code = p.code;
+    const Location& at = p.at;
 
     std::uint64_t slot = at.slot;
     bool have_slot = at.hit;  // a slot that holds, or will hold, this key

@@ -47,27 +47,43 @@ struct OneOp {
   }
 };
 
+// Runs every op whose key is alone in the pass; defers the rest to the ordered phase. In three parts, so
+// that the GPU's clStash scheduler (clstash_kernel.cuh) can interleave the walks of many ops per lane:
+// begin() starts an op's walk, Engine::step() advances it, finish() applies the op.
 template <class Ref>
 struct ExecuteOp {
   static constexpr const char* kName = "ExecuteOp";
   static constexpr bool kProbes = true;  // probes the table: launched for residency (gpu_backend.cu)
   Engine<Ref> e;
-  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+
+  // Starts op's walk in `p` and returns true, or settles the op without one: a malformed op (already
+  // answered) or one that shares its key with other ops of the pass (deferred).
+  GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
     const std::uint32_t entry = e.pass.group_of[op];
     if (entry == kNoGroup) {
       e.pass.pending[op] = kNothingPending;
-      return;
+      return false;
     }
     // The key's first board word is fetched together with its group entry: most ops are alone in their
-    // group and go straight on to the probe.
+    // group and go straight on to the walk.
     const KeyWords key = batch_key(e.table, e.batch, op);
     const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
     const std::uint64_t tickets = e.first_tickets(plan);
-    if (!group_shared(e.pass.groups, entry)) {
-      e.run_key(key, plan, tickets, OneOp{op}, tally);
-      return;
+    if (group_shared(e.pass.groups, entry)) {
+      e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
+      return false;
     }
-    e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
+    p = e.start(key, plan, tickets);
+    return true;
+  }
+  GPUKV_HD void finish(std::uint64_t op, const Probe& p, Tally& tally) const { e.apply(p, OneOp{op}, tally); }
+
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+    Probe p;
+    if (!begin(op, p)) return;
+    while (!e.step(p)) {
+    }
+    finish(op, p, tally);
   }
 };
 

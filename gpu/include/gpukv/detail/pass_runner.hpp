@@ -2,6 +2,7 @@
 // primitives that differ between a GPU and a pool of host threads:
 //
 //   for_each(n, f)          run f(i, tally) for i in [0, n), then add every thread's tally to the counters
+//   execute(n, f, lanes)    for_each for ExecuteOp; with lanes = true the GPU uses collaborative lanes
 //   zero(p, bytes)          clear scratch
 //   sort(keys, n)           sort 64-bit keys ascending
 //   read_counters()         wait for all submitted work, return the counters
@@ -49,10 +50,13 @@ struct PassStats {
 template <class Ref, class Exec>
 class PassRunner {
  public:
-  PassRunner(Ref table, Exec& exec, Counters* counters, std::uint64_t max_items, std::uint64_t cleanup_tombstones)
+  PassRunner(Ref table, Exec& exec, Counters* counters, std::uint64_t max_items, std::uint64_t cleanup_tombstones,
+             LaneMode lanes, double clstash_load)
       : table_(table),
         exec_(exec),
         counters_(counters),
+        lanes_(lanes),
+        clstash_items_(static_cast<std::uint64_t>(clstash_load * static_cast<double>(table.capacity))),
         max_items_(max_items),
         cleanup_step_(std::max<std::uint64_t>(1, cleanup_tombstones)),
         next_cleanup_(cleanup_step_) {}
@@ -72,7 +76,9 @@ class PassRunner {
                        counters_, max_items_, known_.items + n > max_items_};
     const Engine<Ref> engine{table_, batch, pass};
     exec_.for_each(n, GroupOp<Ref>{engine});
-    exec_.for_each(n, ExecuteOp<Ref>{engine});
+    // The Stash / clStash hybrid: collaborative lanes once the table is loaded enough that walks diverge.
+    const bool collaborative = lanes_ == LaneMode::kClStash || (lanes_ == LaneMode::kAuto && known_.items >= clstash_items_);
+    exec_.execute(n, ExecuteOp<Ref>{engine}, collaborative);
     known_ = exec_.read_counters();
 
     const std::uint64_t deferred = known_.conflicts;
@@ -127,6 +133,8 @@ class PassRunner {
   Ref table_;
   Exec& exec_;
   Counters* counters_;
+  LaneMode lanes_;
+  std::uint64_t clstash_items_;  // live keys from which kAuto switches to clStash
   std::uint64_t max_items_;
   std::uint64_t cleanup_step_;  // tombstones that trigger a clean-up
   std::uint64_t next_cleanup_;
