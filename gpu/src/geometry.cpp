@@ -46,7 +46,7 @@ Geometry make_geometry(const TableConfig& c) {
   }
   if (!(c.max_load_factor > 0.0 && c.max_load_factor <= 1.0)) reject("max_load_factor must be in (0, 1]");
   if (!(c.cleanup_tombstones > 0.0 && c.cleanup_tombstones <= 1.0)) reject("cleanup_tombstones must be in (0, 1]");
-  if (!(c.clstash_load >= 0.0 && c.clstash_load <= 1.0)) reject("clstash_load must be in [0, 1]");
+  if (!(c.clstash_load <= 1.0)) reject("clstash_load must be <= 1 (negative: the measured default)");
   if (c.max_batch == 0 || c.max_batch > kMaxPassOps) {
     reject("max_batch must be 1.." + std::to_string(kMaxPassOps) + ", got " + std::to_string(c.max_batch));
   }

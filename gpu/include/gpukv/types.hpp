@@ -37,8 +37,9 @@ enum class BackendKind : std::uint8_t { kAuto, kCpu, kGpu };
 // them at once (SwissTable-style); kSingle visits one ticket per probe, as Stadium Hashing describes it.
 enum class Probing : std::uint8_t { kGroup, kSingle };
 
-// How the GPU schedules the lanes of a warp. kAuto switches from kStash to kClStash once the table's load
-// passes TableConfig::clstash_load (the hybrid); the CPU backend ignores this.
+// How the GPU schedules the lanes of a warp for the probing step. kAuto is the hybrid: clStash for a pass
+// that mixes reads and writes, or once the table's load passes TableConfig::clstash_load; Stash otherwise
+// (bench/RESULTS.md has the measurements behind this rule). The CPU backend has no lanes and ignores it.
 enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash };
 
 const char* to_string(BackendKind kind);
@@ -55,7 +56,7 @@ struct TableConfig {
   Probing probing = Probing::kGroup;
   BackendKind backend = BackendKind::kAuto;
   LaneMode lanes = LaneMode::kAuto;
-  double clstash_load = 0.80;          // hybrid switch point, measured by bench/table_bench (RESULTS.md)
+  double clstash_load = -1;            // hybrid switch load; < 0: the measured default for the probing scheme
   std::uint32_t max_batch = 1 << 22;   // ops per pass; larger batches run as consecutive passes, in order
   unsigned cpu_threads = 0;            // CPU backend worker threads; 0 = hardware concurrency
   int gpu_device = 0;                  // CUDA device ordinal for the GPU backend

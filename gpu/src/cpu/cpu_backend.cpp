@@ -50,7 +50,7 @@ class CpuExecutor {
   }
   // Collaborative lanes are a SIMT schedule; host threads have no lanes to idle, so both modes are one loop.
   template <class F>
-  void execute(std::uint64_t n, const F& f, bool /*collaborative*/) {
+  void execute(std::uint64_t n, const F& f, const LanePolicy&) {
     for_each(n, f);
   }
   void zero(void* p, std::uint64_t bytes) { std::memset(p, 0, bytes); }
@@ -71,6 +71,9 @@ class CpuExecutor {
     }
     if (t.pending != 0) {
       atomic_ref<unsigned long long>(counters_->pending).fetch_add(static_cast<unsigned long long>(t.pending), memory_order_relaxed);
+    }
+    if (t.writes != 0) {
+      atomic_ref<unsigned long long>(counters_->writes).fetch_add(static_cast<unsigned long long>(t.writes), memory_order_relaxed);
     }
   }
 

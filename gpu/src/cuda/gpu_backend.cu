@@ -37,16 +37,19 @@ __device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counte
   long long items = tally.items;
   long long tombstones = tally.tombstones;
   long long pending = tally.pending;
+  long long writes = tally.writes;
   for (int offset = 16; offset > 0; offset /= 2) {
     items += __shfl_xor_sync(0xFFFFFFFFu, items, offset);
     tombstones += __shfl_xor_sync(0xFFFFFFFFu, tombstones, offset);
     pending += __shfl_xor_sync(0xFFFFFFFFu, pending, offset);
+    writes += __shfl_xor_sync(0xFFFFFFFFu, writes, offset);
   }
   if ((threadIdx.x & 31) == 0) {
     // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
     if (items != 0) atomicAdd(&counters->items, static_cast<unsigned long long>(items));
     if (tombstones != 0) atomicAdd(&counters->tombstones, static_cast<unsigned long long>(tombstones));
     if (pending != 0) atomicAdd(&counters->pending, static_cast<unsigned long long>(pending));
+    if (writes != 0) atomicAdd(&counters->writes, static_cast<unsigned long long>(writes));
   }
 }
 
@@ -58,11 +61,18 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
   flush_tally(tally, counters);
 }
 
+// The probing step with the lane schedule of the hybrid: every thread reads the same counters (written by
+// the previous kernel), so the choice is uniform across the grid.
 template <class Ref>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
-    clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, Counters* counters) {
+    execute_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   Tally tally;
-  clstash_execute<kBlockThreads>(n, f, tally);
+  if (policy.collaborative(*counters)) {
+    clstash_execute<kBlockThreads>(n, f, tally);
+  } else {
+    const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+    for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  }
   flush_tally(tally, counters);
 }
 
@@ -95,17 +105,14 @@ class CudaExecutor {
     clock_.end(stream_);
   }
 
-  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash).
+  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides.
   template <class Ref>
-  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, bool collaborative) {
-    if (!collaborative || n == 0) {
-      for_each(n, f);
-      return;
-    }
+  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy) {
+    if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
-    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(clstash_kernel<Ref>, sm_count_)));
-    clock_.begin(stream_, "ExecuteOp/clStash");
-    clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(execute_kernel<Ref>, sm_count_)));
+    clock_.begin(stream_, ExecuteOp<Ref>::kName);
+    execute_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
     GPUKV_CUDA_CHECK_LAUNCH();
     clock_.end(stream_);
   }

@@ -49,6 +49,7 @@ struct Counters {
   unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
+  unsigned long long writes;      // this pass: PUT, PUT_IF_ABSENT and DELETE ops (counted by GroupOp)
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
 };
@@ -58,6 +59,7 @@ struct Tally {
   long long items = 0;
   long long tombstones = 0;
   long long pending = 0;
+  long long writes = 0;
 };
 
 // What FinishPass does for one op: nothing, or set the BUSY ticket of a slot to a code (FULL for a new

@@ -24,12 +24,13 @@ template <class Ref>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
-  GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     if (!e.batch.valid(op)) {
       e.batch.set_status(op, OpStatus::kInvalid);
       e.pass.group_of[op] = kNoGroup;
       return;
     }
+    if (e.batch.kind(op) != OpKind::kGet) tally.writes += 1;  // the lane schedule depends on the mix
     const KeyWords key = batch_key(e.table, e.batch, op);
     e.pass.group_of[op] = group_insert(e.pass.groups, e.pass.group_mask, hash_key(key, e.table.key_words));
   }

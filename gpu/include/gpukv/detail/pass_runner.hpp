@@ -2,7 +2,7 @@
 // primitives that differ between a GPU and a pool of host threads:
 //
 //   for_each(n, f)          run f(i, tally) for i in [0, n), then add every thread's tally to the counters
-//   execute(n, f, lanes)    for_each for ExecuteOp; with lanes = true the GPU uses collaborative lanes
+//   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
 //   sort(keys, n)           sort 64-bit keys ascending
 //   read_counters()         wait for all submitted work, return the counters
@@ -40,6 +40,24 @@ inline ScratchBytes scratch_bytes(std::uint64_t n) {
                       n * sizeof(std::uint64_t)};
 }
 
+// When the GPU's probing step uses collaborative lanes (clStash). Decided on the device from the counters
+// GroupOp leaves, so that no host round trip sits between the two steps. Measured on an H200
+// (bench/RESULTS.md): clStash wins for passes that mix reads and writes at every load, and for single-ticket
+// probing past about 0.9 load; plain Stash wins for pure lookups and pure inserts with group probing.
+struct LanePolicy {
+  LaneMode mode;
+  std::uint64_t items_from;  // clStash from this many live keys
+  std::uint64_t ops;         // ops in the pass
+  GPUKV_HD_INLINE bool collaborative(const Counters& c) const {
+    if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
+    const bool mixed = c.writes * 10 >= ops && c.writes * 10 <= ops * 9;
+    return mixed || c.items >= items_from;
+  }
+};
+
+// The measured default switch load for a probing scheme (TableConfig::clstash_load < 0).
+inline double default_clstash_load(Probing probing) { return probing == Probing::kSingle ? 0.90 : 2.0; }
+
 struct PassStats {
   std::uint64_t passes = 0;
   std::uint64_t conflict_ops = 0;
@@ -56,7 +74,8 @@ class PassRunner {
         exec_(exec),
         counters_(counters),
         lanes_(lanes),
-        clstash_items_(static_cast<std::uint64_t>(clstash_load * static_cast<double>(table.capacity))),
+        clstash_items_(static_cast<std::uint64_t>((clstash_load < 0 ? default_clstash_load(Ref::kProbing) : clstash_load) *
+                                                  static_cast<double>(table.capacity))),
         max_items_(max_items),
         cleanup_step_(std::max<std::uint64_t>(1, cleanup_tombstones)),
         next_cleanup_(cleanup_step_) {}
@@ -69,6 +88,7 @@ class PassRunner {
     exec_.zero(scratch.groups, entries * sizeof(std::uint32_t));
     known_.conflicts = 0;
     known_.pending = 0;
+    known_.writes = 0;
     exec_.write_counters(known_);
 
     // If every op of the pass could insert a new key and still fit, no op needs to reserve room atomically.
@@ -76,9 +96,7 @@ class PassRunner {
                        counters_, max_items_, known_.items + n > max_items_};
     const Engine<Ref> engine{table_, batch, pass};
     exec_.for_each(n, GroupOp<Ref>{engine});
-    // The Stash / clStash hybrid: collaborative lanes once the table is loaded enough that walks diverge.
-    const bool collaborative = lanes_ == LaneMode::kClStash || (lanes_ == LaneMode::kAuto && known_.items >= clstash_items_);
-    exec_.execute(n, ExecuteOp<Ref>{engine}, collaborative);
+    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
 
     const std::uint64_t deferred = known_.conflicts;
