@@ -61,18 +61,25 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
   flush_tally(tally, counters);
 }
 
-// The probing step with the lane schedule of the hybrid: every thread reads the same counters (written by
-// the previous kernel), so the choice is uniform across the grid.
+// The two lane schedules of the probing step, launched back to back: each reads the counters GroupOp left
+// (the same values in every thread) and returns at once unless the hybrid picked it. Two kernels rather than
+// one with a branch, so that clStash's register pressure does not spill into the Stash loop.
 template <class Ref>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
-    execute_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+    stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  if (policy.collaborative(*counters)) return;
   Tally tally;
-  if (policy.collaborative(*counters)) {
-    clstash_execute<kBlockThreads>(n, f, tally);
-  } else {
-    const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-    for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
-  }
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  flush_tally(tally, counters);
+}
+
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
+    clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  if (!policy.collaborative(*counters)) return;
+  Tally tally;
+  clstash_execute<kBlockThreads>(n, f, tally);
   flush_tally(tally, counters);
 }
 
@@ -110,10 +117,17 @@ class CudaExecutor {
   void execute(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy) {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
-    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(execute_kernel<Ref>, sm_count_)));
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
-    execute_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
-    GPUKV_CUDA_CHECK_LAUNCH();
+    if (policy.mode != LaneMode::kClStash) {
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(stash_kernel<Ref>, sm_count_)));
+      stash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
+      GPUKV_CUDA_CHECK_LAUNCH();
+    }
+    if (policy.mode != LaneMode::kStash) {
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(clstash_kernel<Ref>, sm_count_)));
+      clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
+      GPUKV_CUDA_CHECK_LAUNCH();
+    }
     clock_.end(stream_);
   }
 
