@@ -85,12 +85,13 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
 
 __global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
 
-// Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch.
-template <class Kernel>
-int resident_blocks(Kernel kernel, int sm_count) {
-  static const int per_sm = [&] {
+// Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
+// kernel (the kernel is the template argument, so kernels of one signature get separate answers).
+template <auto Kernel>
+int resident_blocks(int sm_count) {
+  static const int per_sm = [] {
     int blocks = 0;
-    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kBlockThreads, 0));
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kBlockThreads, 0));
     return std::max(1, blocks);
   }();
   return per_sm * sm_count;
@@ -105,7 +106,7 @@ class CudaExecutor {
   void for_each(std::uint64_t n, const F& f) {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
-    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(for_each_kernel<F>, sm_count_)));
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
     clock_.begin(stream_, F::kName);
     for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
     GPUKV_CUDA_CHECK_LAUNCH();
@@ -119,12 +120,12 @@ class CudaExecutor {
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
     if (policy.mode != LaneMode::kClStash) {
-      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(stash_kernel<Ref>, sm_count_)));
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<stash_kernel<Ref>>(sm_count_)));
       stash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
       GPUKV_CUDA_CHECK_LAUNCH();
     }
     if (policy.mode != LaneMode::kStash) {
-      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks(clstash_kernel<Ref>, sm_count_)));
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<clstash_kernel<Ref>>(sm_count_)));
       clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
       GPUKV_CUDA_CHECK_LAUNCH();
     }
