@@ -7,13 +7,18 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <optional>
+#include <ostream>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "gpukv/table.hpp"
+
+namespace gpukv {
+// How gtest prints a backend parameter (found by argument-dependent lookup, so in the enum's namespace).
+inline void PrintTo(BackendKind kind, std::ostream* os) { *os << to_string(kind); }
+}  // namespace gpukv
 
 namespace gpukv::test {
 

@@ -27,13 +27,15 @@ struct ModelCase {
   LaneMode lanes = LaneMode::kAuto;
 };
 
-std::string case_name(const testing::TestParamInfo<ModelCase>& info) {
-  const ModelCase& c = info.param;
+std::string case_name(const ModelCase& c) {
   return std::string(to_string(c.backend)) + "_k" + std::to_string(c.key_width) + "_v" + std::to_string(c.value_width) +
          "_t" + std::to_string(c.ticket_bits) + "_" + to_string(c.probing) + "_cap" + std::to_string(c.capacity) +
          "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100)) + "_" +
          to_string(c.lanes);
 }
+std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
+// How gtest prints a case (its default dumps the struct's bytes, padding included).
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << case_name(c); }
 
 // Scales the op counts: GPUKV_TEST_SCALE=10 runs ten times longer sequences (the TSan build uses less).
 double scale() {
@@ -148,8 +150,8 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, TableModelTest, testing::ValuesIn(cases(BackendKind::kCpu, 1.0)), case_name);
-INSTANTIATE_TEST_SUITE_P(Gpu, TableModelTest, testing::ValuesIn(cases(BackendKind::kGpu, 4.0)), case_name);
+INSTANTIATE_TEST_SUITE_P(Cpu, TableModelTest, testing::ValuesIn(cases(BackendKind::kCpu, 1.0)), param_name);
+INSTANTIATE_TEST_SUITE_P(Gpu, TableModelTest, testing::ValuesIn(cases(BackendKind::kGpu, 4.0)), param_name);
 
 }  // namespace
 }  // namespace gpukv::test

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The one test command (README.md; .ci/run runs exactly this): installs what is missing, builds, and runs
+# every test. Two builds:
+#   build/       Release, with the CUDA backend when nvcc is present; all tests. GPU tests run when a GPU is
+#                present and are reported as skipped, with the reason, when not.
+#   build-tsan/  the CPU backend under ThreadSanitizer: the concurrency stress and shortened model tests.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=${GPUKV_JOBS:-2}
+
+"$root/deploy/install-deps.sh"
+
+echo "== build: Release"
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$root/build" -j"$jobs"
+echo "== tests: Release"
+ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
+
+echo "== build: ThreadSanitizer (CPU backend)"
+cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=thread \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUKV_BUILD_BENCH=OFF >/dev/null
+cmake --build "$root/build-tsan" -j"$jobs"
+echo "== tests: ThreadSanitizer"
+GPUKV_TEST_SCALE=0.2 TSAN_OPTIONS="halt_on_error=1 abort_on_error=0" \
+  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress'
+
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "NOTE: no GPU on this machine: the GPU tests above were SKIPPED (bench/RESULTS.md records the last GPU run)."
+fi
+echo "all tests passed"
