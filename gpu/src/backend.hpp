@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "geometry.hpp"
 #include "gpukv/detail/batch_ref.hpp"
@@ -26,22 +27,39 @@ class Backend {
   virtual std::string device_name() const = 0;
 };
 
-std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry);
 std::unique_ptr<Backend> make_gpu_backend(const TableConfig& config, const Geometry& geometry);
 bool gpu_present();
 
-// Calls f(TableRef<Bits, P>{}) for the configuration's ticket size and probing: the one place where runtime
-// settings become template arguments.
-template <class F>
+// Calls f(TableRef<Bits, P, KeyWords>{}) for the configuration's ticket size and probing, with the key
+// width fixed by the caller: the one place where runtime settings become template arguments. Backends
+// instantiate one key width per translation unit, so the builds of the three run in parallel.
+template <std::uint32_t KeyWords, class F>
 decltype(auto) with_table_type(const TableConfig& config, F&& f) {
   const bool group = config.probing == Probing::kGroup;
   switch (config.ticket_bits) {
     case 2:
-      return group ? f(TableRef<2, Probing::kGroup>{}) : f(TableRef<2, Probing::kSingle>{});
+      return group ? f(TableRef<2, Probing::kGroup, KeyWords>{}) : f(TableRef<2, Probing::kSingle, KeyWords>{});
     case 4:
-      return group ? f(TableRef<4, Probing::kGroup>{}) : f(TableRef<4, Probing::kSingle>{});
+      return group ? f(TableRef<4, Probing::kGroup, KeyWords>{}) : f(TableRef<4, Probing::kSingle, KeyWords>{});
     default:
-      return group ? f(TableRef<8, Probing::kGroup>{}) : f(TableRef<8, Probing::kSingle>{});
+      return group ? f(TableRef<8, Probing::kGroup, KeyWords>{}) : f(TableRef<8, Probing::kSingle, KeyWords>{});
+  }
+}
+
+// The backends' factories for one key width (KeyWords = key_width / 8); each width is instantiated in a
+// translation unit of its own (src/cpu/cpu_backend_key*.cpp, src/cuda/gpu_backend_key*.cu).
+template <std::uint32_t KeyWords>
+std::unique_ptr<Backend> make_cpu_backend_for(const TableConfig& config, const Geometry& geometry);
+template <std::uint32_t KeyWords>
+std::unique_ptr<Backend> make_gpu_backend_for(const TableConfig& config, const Geometry& geometry);
+
+// Calls make(std::integral_constant<std::uint32_t, KeyWords>{}) for the geometry's key width.
+template <class Make>
+std::unique_ptr<Backend> by_key_width(const Geometry& geometry, Make&& make) {
+  switch (geometry.key_words) {
+    case 1: return make(std::integral_constant<std::uint32_t, 1>{});
+    case 2: return make(std::integral_constant<std::uint32_t, 2>{});
+    default: return make(std::integral_constant<std::uint32_t, 4>{});
   }
 }
 
@@ -52,10 +70,13 @@ Ref make_table_ref(const Geometry& g, std::uint64_t* board, std::uint8_t* slots)
   ref.slots = slots;
   ref.units = g.units;
   ref.capacity = g.capacity;
-  ref.key_words = g.key_words;
   ref.value_stride = g.value_stride;
   ref.slot_stride = g.slot_stride;
   return ref;
+}
+
+inline std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
+  return by_key_width(geometry, [&](auto key_words) { return make_cpu_backend_for<key_words.value>(config, geometry); });
 }
 
 inline BatchRef make_batch_ref(const TableConfig& c, const Geometry& g, const BatchIn& in, const BatchOut& out) {

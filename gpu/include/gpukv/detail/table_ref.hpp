@@ -34,16 +34,19 @@ constexpr std::uint32_t round_up_to_sectors(std::uint32_t bytes) {
   return (bytes + kSectorBytes - 1) / kSectorBytes * kSectorBytes;
 }
 
-template <int Bits, Probing P>
+// Bits: ticket size. P: probing unit. KeyWords_: 64-bit words per key (1, 2 or 4), a compile-time constant so
+// that the code for 8-byte keys carries one word, not four.
+template <int Bits, Probing P, std::uint32_t KeyWords_>
 struct TableRef {
   using Codec = TicketCodec<Bits>;
   static constexpr Probing kProbing = P;
+  static constexpr std::uint32_t key_words = KeyWords_;
+  static_assert(KeyWords_ == 1 || KeyWords_ == 2 || KeyWords_ == 4);
 
   Board<Bits> board;
   std::uint8_t* slots;
   std::uint64_t units;         // prime
   std::uint64_t capacity;      // slots that can hold keys
-  std::uint32_t key_words;     // key_width / 8
   std::uint32_t value_stride;  // value bytes per slot, a multiple of 8
   std::uint32_t slot_stride;   // kSlotHeaderBytes + 8 * key_words + value_stride, rounded up to sectors
 

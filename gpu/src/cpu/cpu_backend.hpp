@@ -1,5 +1,7 @@
 // The CPU backend: the table in host memory, every pass step run by a pool of host threads over the same
-// per-operation code the GPU runs.
+// per-operation code the GPU runs. Included by cpu_backend_key*.cpp, one key width each.
+#pragma once
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -11,7 +13,7 @@
 #include "thread_pool.hpp"
 
 namespace gpukv::detail {
-namespace {
+namespace cpu {
 
 // 8-byte aligned, zeroed host memory.
 class HostBuffer {
@@ -134,11 +136,12 @@ class CpuBackend final : public Backend {
   std::uint64_t scratch_ops_ = 0;
 };
 
-}  // namespace
+}  // namespace cpu
 
-std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
-  return with_table_type(config, [&](auto ref) -> std::unique_ptr<Backend> {
-    return std::make_unique<CpuBackend<decltype(ref)>>(config, geometry);
+template <std::uint32_t KeyWords>
+std::unique_ptr<Backend> make_cpu_backend_for(const TableConfig& config, const Geometry& geometry) {
+  return with_table_type<KeyWords>(config, [&](auto ref) -> std::unique_ptr<Backend> {
+    return std::make_unique<cpu::CpuBackend<decltype(ref)>>(config, geometry);
   });
 }
 

@@ -1,0 +1,365 @@
+// The GPU backend: the table in device memory; every pass step is a grid-stride kernel around the same
+// per-operation function objects the CPU backend runs (detail/pass_ops.hpp, detail/cleanup.hpp). Included
+// by gpu_backend_key*.cu, one key width each.
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
+
+#include "../backend.hpp"
+#include "clstash_kernel.cuh"
+#include "cuda_check.hpp"
+#include "device_memory.hpp"
+#include "step_clock.hpp"
+
+namespace gpukv::detail {
+namespace gpu {
+// Internal linkage: each gpu_backend_key*.cu has its own copy of these kernels and helpers.
+namespace {
+
+constexpr int kBlockThreads = 256;
+
+// Blocks per SM the compiler must fit (it caps registers accordingly). The probing kernels are bound by
+// memory latency, so residency matters more than a few spilled registers; tuned on an H200 (RESULTS.md).
+#ifndef GPUKV_PROBE_MIN_BLOCKS
+#define GPUKV_PROBE_MIN_BLOCKS 4
+#endif
+// clStash keeps a shelf of walks in registers and shared memory; it spills badly below 64 registers.
+#ifndef GPUKV_CLSTASH_MIN_BLOCKS
+#define GPUKV_CLSTASH_MIN_BLOCKS 4
+#endif
+template <class F>
+constexpr int min_blocks() {
+  if constexpr (requires { F::kProbes; }) {
+    return GPUKV_PROBE_MIN_BLOCKS;
+  } else {
+    return 1;
+  }
+}
+
+// Adds each warp's tallies to the counters with one atomic per counter per warp.
+__device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
+  long long items = tally.items;
+  long long tombstones = tally.tombstones;
+  long long pending = tally.pending;
+  long long writes = tally.writes;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    items += __shfl_xor_sync(0xFFFFFFFFu, items, offset);
+    tombstones += __shfl_xor_sync(0xFFFFFFFFu, tombstones, offset);
+    pending += __shfl_xor_sync(0xFFFFFFFFu, pending, offset);
+    writes += __shfl_xor_sync(0xFFFFFFFFu, writes, offset);
+  }
+  if ((threadIdx.x & 31) == 0) {
+    // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
+    if (items != 0) atomicAdd(&counters->items, static_cast<unsigned long long>(items));
+    if (tombstones != 0) atomicAdd(&counters->tombstones, static_cast<unsigned long long>(tombstones));
+    if (pending != 0) atomicAdd(&counters->pending, static_cast<unsigned long long>(pending));
+    if (writes != 0) atomicAdd(&counters->writes, static_cast<unsigned long long>(writes));
+  }
+}
+
+template <class F>
+__global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
+  Tally tally;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  flush_tally(tally, counters);
+}
+
+// The two lane schedules of the probing step, launched back to back: each reads the counters GroupOp left
+// (the same values in every thread) and returns at once unless the hybrid picked it. Two kernels rather than
+// one with a branch, so that clStash's register pressure does not spill into the Stash loop.
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
+    stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  if (policy.collaborative(*counters)) return;
+  Tally tally;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  flush_tally(tally, counters);
+}
+
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
+    clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  if (!policy.collaborative(*counters)) return;
+  Tally tally;
+  clstash_execute<kBlockThreads>(n, f, tally);
+  flush_tally(tally, counters);
+}
+
+__global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
+
+// Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
+// kernel (the kernel is the template argument, so kernels of one signature get separate answers).
+template <auto Kernel>
+int resident_blocks(int sm_count) {
+  static const int per_sm = [] {
+    int blocks = 0;
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kBlockThreads, 0));
+    return std::max(1, blocks);
+  }();
+  return per_sm * sm_count;
+}
+
+class CudaExecutor {
+ public:
+  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
+      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
+
+  template <class F>
+  void for_each(std::uint64_t n, const F& f) {
+    if (n == 0) return;
+    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
+    clock_.begin(stream_, F::kName);
+    for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
+    GPUKV_CUDA_CHECK_LAUNCH();
+    clock_.end(stream_);
+  }
+
+  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides.
+  template <class Ref>
+  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy) {
+    if (n == 0) return;
+    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    clock_.begin(stream_, ExecuteOp<Ref>::kName);
+    if (policy.mode != LaneMode::kClStash) {
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<stash_kernel<Ref>>(sm_count_)));
+      stash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
+      GPUKV_CUDA_CHECK_LAUNCH();
+    }
+    if (policy.mode != LaneMode::kStash) {
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<clstash_kernel<Ref>>(sm_count_)));
+      clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
+      GPUKV_CUDA_CHECK_LAUNCH();
+    }
+    clock_.end(stream_);
+  }
+
+  void zero(void* p, std::uint64_t bytes) {
+    clock_.begin(stream_, "zero");
+    GPUKV_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    clock_.end(stream_);
+  }
+
+  // Deferred ops are (group entry << 32 | op) with entries below 2^25: sort only the bits in use.
+  void sort(std::uint64_t* keys, std::uint64_t n) {
+    const std::uint64_t top = std::bit_width(std::uint64_t{kMaxPassOps} * 2) + 32;
+    if (n > sort_capacity_) {
+      std::size_t bytes = 0;
+      cub::DoubleBuffer<std::uint64_t> none(nullptr, nullptr);
+      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, static_cast<int>(top)));
+      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      sort_temp_ = DeviceBuffer(bytes, "sort scratch");
+      sort_alt_ = DeviceBuffer(n * sizeof(std::uint64_t), "sort scratch");
+      sort_capacity_ = n;
+    }
+    clock_.begin(stream_, "sort");
+    cub::DoubleBuffer<std::uint64_t> buffers(keys, sort_alt_.as<std::uint64_t>());
+    std::size_t bytes = sort_temp_.bytes();
+    GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp_.data(), bytes, buffers, static_cast<int>(n), 0,
+                                                    static_cast<int>(top), stream_));
+    if (buffers.Current() != keys) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(keys, buffers.Current(), n * sizeof(std::uint64_t), cudaMemcpyDeviceToDevice, stream_));
+    }
+    clock_.end(stream_);
+  }
+
+  Counters read_counters() {
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(readback_.as<Counters>(), counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    clock_.collect();
+    return *readback_.as<Counters>();
+  }
+
+  void write_counters(const Counters& c) {
+    set_counters_kernel<<<1, 1, 0, stream_>>>(counters_, c);
+    GPUKV_CUDA_CHECK_LAUNCH();
+  }
+
+  void report(std::uint64_t ops) { clock_.report(ops); }
+
+  DeviceBuffer allocate(std::uint64_t bytes) {
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return DeviceBuffer::try_allocate(bytes);
+  }
+
+ private:
+  cudaStream_t stream_;
+  int sm_count_;
+  Counters* counters_;
+  PinnedBuffer readback_;
+  std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
+  DeviceBuffer sort_temp_;
+  DeviceBuffer sort_alt_;
+  StepClock clock_;
+};
+
+struct StreamHandle {
+  cudaStream_t stream = nullptr;
+  StreamHandle() {
+    // A blocking stream: work on the legacy default stream (a caller's timing events) orders with it.
+    GPUKV_CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  ~StreamHandle() { cudaStreamDestroy(stream); }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+};
+
+int select_device(int ordinal) {
+  GPUKV_CUDA_CHECK(cudaSetDevice(ordinal));
+  return ordinal;
+}
+
+int sm_count_of(int device) {
+  int count = 0;
+  GPUKV_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
+// A batch's columns in device memory, grown on demand for batches that arrive in host memory.
+class DeviceColumns {
+ public:
+  void reserve(std::uint64_t n, std::uint32_t key_width, std::uint32_t value_stride) {
+    if (n <= capacity_) return;
+    ops_ = DeviceBuffer(n, "batch ops");
+    keys_ = DeviceBuffer(n * key_width, "batch keys");
+    key_lens_ = DeviceBuffer(n, "batch key lengths");
+    values_ = DeviceBuffer(n * value_stride, "batch values");
+    value_lens_ = DeviceBuffer(n * sizeof(std::uint32_t), "batch value lengths");
+    status_ = DeviceBuffer(n, "batch results");
+    out_values_ = DeviceBuffer(n * value_stride, "batch result values");
+    out_value_lens_ = DeviceBuffer(n * sizeof(std::uint32_t), "batch result lengths");
+    capacity_ = n;
+  }
+  BatchIn in(std::uint64_t n) const {
+    return BatchIn{n, ops_.data(), keys_.data(), key_lens_.data(), values_.data(), value_lens_.as<std::uint32_t>()};
+  }
+  BatchOut out() const { return BatchOut{status_.data(), out_values_.data(), out_value_lens_.as<std::uint32_t>()}; }
+
+ private:
+  std::uint64_t capacity_ = 0;
+  DeviceBuffer ops_, keys_, key_lens_, values_, value_lens_, status_, out_values_, out_value_lens_;
+};
+
+template <class Ref>
+class GpuBackend final : public Backend {
+ public:
+  GpuBackend(const TableConfig& config, const Geometry& g)
+      : config_(config),
+        geometry_(g),
+        device_(select_device(config.gpu_device)),
+        board_(g.board_words * sizeof(std::uint64_t), "the ticket-board"),
+        slots_(g.capacity * g.slot_stride, "the slots"),
+        counters_(sizeof(Counters), "counters"),
+        exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
+        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, counters_.as<Counters>(),
+                g.max_items, g.cleanup_tombstones, config.lanes, config.clstash_load) {
+    // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
+    exec_.zero(board_.data(), board_.bytes());
+    exec_.write_counters(Counters{});
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
+  }
+
+  void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    if (memory == Memory::kDevice) {
+      runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(in.size));
+      return;
+    }
+    const std::uint64_t n = in.size;
+    const std::uint32_t stride = geometry_.value_stride;
+    const cudaStream_t s = stream_.stream;
+    staging_.reserve(std::max<std::uint64_t>(n, 1024), config_.key_width, stride);
+    const BatchIn d_in = staging_.in(n);
+    BatchOut d_out = staging_.out();
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.ops), in.ops, n, cudaMemcpyHostToDevice, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.keys), in.keys, n * config_.key_width, cudaMemcpyHostToDevice, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.key_lens), in.key_lens, n, cudaMemcpyHostToDevice, s));
+    BatchIn run_in = d_in;
+    if (in.values != nullptr && in.value_lens != nullptr) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.values), in.values, n * stride, cudaMemcpyHostToDevice, s));
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint32_t*>(d_in.value_lens), in.value_lens, n * sizeof(std::uint32_t),
+                                       cudaMemcpyHostToDevice, s));
+    } else {
+      run_in.values = nullptr;
+      run_in.value_lens = nullptr;
+    }
+    if (out.values == nullptr) {
+      d_out.values = nullptr;
+      d_out.value_lens = nullptr;
+    }
+    runner_.run(make_batch_ref(config_, geometry_, run_in, d_out), scratch_for(n));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.status, d_out.status, n, cudaMemcpyDeviceToHost, s));
+    if (out.values != nullptr) {
+      // GET values are written only for found keys; copy the whole column (the rest is unspecified).
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.values, d_out.values, n * stride, cudaMemcpyDeviceToHost, s));
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.value_lens, d_out.value_lens, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, s));
+    }
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+
+  void batch_done(std::uint64_t ops) override { exec_.report(ops); }
+
+  bool cleanup() override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    return runner_.cleanup();
+  }
+
+  TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }
+
+  std::string device_name() const override {
+    cudaDeviceProp prop{};
+    GPUKV_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    return std::string(prop.name) + " (" + std::to_string(prop.multiProcessorCount) + " SMs)";
+  }
+
+ private:
+  TableConfig config_;
+  Geometry geometry_;
+  int device_;
+  StreamHandle stream_;
+  DeviceBuffer board_;
+  DeviceBuffer slots_;
+  // Pass scratch, grown to the largest pass seen so far (growing waits for the stream first).
+  PassScratch scratch_for(std::uint64_t n) {
+    if (n > scratch_ops_) {
+      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
+      const ScratchBytes bytes = scratch_bytes(n);
+      groups_ = DeviceBuffer(bytes.groups, "batch grouping");
+      group_of_ = DeviceBuffer(bytes.group_of, "batch grouping");
+      conflicts_ = DeviceBuffer(bytes.conflicts, "deferred ops");
+      pending_ = DeviceBuffer(bytes.pending, "pass results");
+      scratch_ops_ = n;
+    }
+    return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
+                       pending_.as<std::uint64_t>()};
+  }
+
+  DeviceBuffer counters_;
+  CudaExecutor exec_;
+  PassRunner<Ref, CudaExecutor> runner_;
+  std::uint64_t scratch_ops_ = 0;
+  DeviceBuffer groups_;
+  DeviceBuffer group_of_;
+  DeviceBuffer conflicts_;
+  DeviceBuffer pending_;
+  DeviceColumns staging_;
+};
+
+}  // namespace
+}  // namespace gpu
+
+template <std::uint32_t KeyWords>
+std::unique_ptr<Backend> make_gpu_backend_for(const TableConfig& config, const Geometry& geometry) {
+  return with_table_type<KeyWords>(config, [&](auto ref) -> std::unique_ptr<Backend> {
+    return std::make_unique<gpu::GpuBackend<decltype(ref)>>(config, geometry);
+  });
+}
+
+}  // namespace gpukv::detail
