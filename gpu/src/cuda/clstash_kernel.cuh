@@ -45,7 +45,8 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
   // Advances this lane's walk by one unit; applies the op when the walk ends.
   const auto advance = [&] {
     if (walking && f.e.step(w.probe)) {
-      f.finish(w.op, w.probe, tally);
+      // The op is loaded only now: carrying it on the shelf would cost shared memory and registers.
+      f.finish(w.op, w.probe, load_op(f.e.batch, w.op), tally);
       walking = false;
     }
   };

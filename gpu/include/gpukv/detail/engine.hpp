@@ -146,17 +146,17 @@ struct Engine {
   }
 
 
-  GPUKV_HD void write_get(std::uint64_t op, std::uint64_t slot, long long source) const {
+  // A GET's value: `len` bytes at `from` (the slot's value, or the pass's latest write of this key).
+  GPUKV_HD void write_get(std::uint64_t op, const std::uint64_t* from, std::uint32_t len) const {
     if (batch.out_values == nullptr) return;
-    const std::uint32_t len = source < 0 ? *table.value_len(slot) : batch.value_lens[source];
-    const std::uint64_t* from = source < 0 ? table.value_words_at(slot) : batch.value_words(source);
     copy_value(batch.out_value_words(op), from, len);
     if (batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
   }
 
 
-  // Runs the ops of one key, in order. `ops.next(i)` yields the op indices; all of them carry this key.
-  // `tickets` is first_tickets(plan).
+  // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
+  // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn). `tickets` is
+  // first_tickets(plan).
   template <class Ops>
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
                         Tally& tally) const {
@@ -178,7 +178,8 @@ struct Engine {
     bool have_slot = at.hit;  // a slot that holds, or will hold, this key
     bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
     bool present = at.hit;
-    long long source = -1;    // op whose value is current; -1 = the value stored in the slot
+    bool written = false;     // the current value is `value` (written in this pass), not the slot's
+    ValueIn value{};
 
     // Every op of the pass writes its pending[] entry; the key's last op carries the commit's entry.
     std::uint64_t op = 0, last_op = 0;
@@ -187,9 +188,15 @@ struct Engine {
       if (any) pass.pending[last_op] = kNothingPending;
       last_op = op;
       any = true;
-      switch (batch.kind(op)) {
+      switch (ops.kind(op)) {
         case OpKind::kGet:
-          if (present) write_get(op, slot, source);
+          if (present) {
+            if (written) {
+              write_get(op, value.words, value.len);
+            } else {
+              write_get(op, table.value_words_at(slot), *table.value_len(slot));
+            }
+          }
           batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);
           break;
         case OpKind::kPutIfAbsent:
@@ -212,7 +219,8 @@ struct Engine {
             have_slot = claimed = true;
           }
           present = true;
-          source = static_cast<long long>(op);
+          written = true;
+          value = ops.value(op);
           batch.set_status(op, OpStatus::kOk);
           break;
         case OpKind::kDelete:
@@ -227,7 +235,7 @@ struct Engine {
     std::uint64_t pending = kNothingPending;
     if (claimed) {
       if (present) {
-        table.store_new(slot, key, batch.value_words(source), batch.value_lens[source]);
+        table.store_new(slot, key, value);
         pending = (slot << 8) | code;
       } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
         pending = (slot << 8) | Codec::kTombstone;
@@ -236,7 +244,7 @@ struct Engine {
       }
     } else if (at.hit) {
       if (present) {
-        if (source >= 0) table.store_value(slot, batch.value_words(source), batch.value_lens[source]);
+        if (written) table.store_value(slot, value);
       } else {
         table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), code, Codec::kBusy);
         pending = (slot << 8) | Codec::kTombstone;

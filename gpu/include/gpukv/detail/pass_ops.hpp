@@ -36,9 +36,23 @@ struct GroupOp {
   }
 };
 
-// Yields exactly one op.
+// An op's kind and, for a write, its value, loaded early (see ValueIn).
+struct OpIn {
+  OpKind kind;
+  ValueIn value;
+};
+
+GPUKV_HD_INLINE OpIn load_op(const BatchRef& batch, std::uint64_t op) {
+  OpIn in;
+  in.kind = batch.kind(op);
+  in.value = in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent ? batch.value_in(op) : ValueIn{};
+  return in;
+}
+
+// Yields exactly one op, whose kind and value are already in registers.
 struct OneOp {
   std::uint64_t op;
+  OpIn in;
   bool done = false;
   GPUKV_HD_INLINE bool next(std::uint64_t& out) {
     if (done) return false;
@@ -46,6 +60,8 @@ struct OneOp {
     done = true;
     return true;
   }
+  GPUKV_HD_INLINE OpKind kind(std::uint64_t) const { return in.kind; }
+  GPUKV_HD_INLINE const ValueIn& value(std::uint64_t) const { return in.value; }
 };
 
 // Runs every op whose key is alone in the pass; defers the rest to the ordered phase. In three parts, so
@@ -57,7 +73,7 @@ struct ExecuteOp {
   static constexpr bool kProbes = true;  // probes the table: launched for residency (gpu_backend.cu)
   Engine<Ref> e;
 
-  // Starts op's walk in `p` and returns true, or settles the op without one: a malformed op (already
+  // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred).
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
     const std::uint32_t entry = e.pass.group_of[op];
@@ -77,14 +93,20 @@ struct ExecuteOp {
     p = e.start(key, plan, tickets);
     return true;
   }
-  GPUKV_HD void finish(std::uint64_t op, const Probe& p, Tally& tally) const { e.apply(p, OneOp{op}, tally); }
+  // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
+  GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
+    e.apply(p, OneOp{op, in}, tally);
+  }
 
+  // Stash: one walk per thread. The op's kind and value are loaded before the walk, so that their latency
+  // hides behind it rather than following the claim.
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     Probe p;
     if (!begin(op, p)) return;
+    const OpIn in = load_op(e.batch, op);
     while (!e.step(p)) {
     }
-    finish(op, p, tally);
+    finish(op, p, in, tally);
   }
 };
 
@@ -100,6 +122,8 @@ struct SameKeyOps {
   std::uint64_t at;
   std::uint64_t end;
   KeyWords key;
+  GPUKV_HD_INLINE OpKind kind(std::uint64_t op) const { return batch->kind(op); }
+  GPUKV_HD_INLINE ValueIn value(std::uint64_t op) const { return batch->value_in(op); }
   GPUKV_HD bool next(std::uint64_t& out) {
     for (; at < end; ++at) {
       const std::uint64_t op = deferred_op(sorted[at]);

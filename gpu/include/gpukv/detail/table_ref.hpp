@@ -96,31 +96,35 @@ GPUKV_UNROLL
 
   // Fills a slot nobody else reads (its ticket is BUSY): header, key and value in 8-byte stores, with zeros
   // to the end of the value's last sector so that every sector written is written whole.
-  GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const std::uint64_t* value,
-                                 std::uint32_t value_bytes) const {
+  template <class Value>
+  GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const Value& value) const {
     auto* words = reinterpret_cast<std::uint64_t*>(slot(index));
-    words[0] = std::uint64_t{k.len} | (std::uint64_t{value_bytes} << 32);
+    words[0] = std::uint64_t{k.len} | (std::uint64_t{value.len} << 32);
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
       if (j < key_words) words[1 + j] = k.w[j];
     }
-    store_value_words(index, value, value_bytes);
+    store_value_words(index, value);
   }
 
   // Replaces the value of a slot whose key only this thread may change. value_len has its own 32-bit field:
   // other threads may be comparing key_len next to it.
-  GPUKV_HD_INLINE void store_value(std::uint64_t index, const std::uint64_t* value, std::uint32_t value_bytes) const {
-    *value_len(index) = value_bytes;
-    store_value_words(index, value, value_bytes);
+  template <class Value>
+  GPUKV_HD_INLINE void store_value(std::uint64_t index, const Value& value) const {
+    *value_len(index) = value.len;
+    store_value_words(index, value);
   }
 
  private:
-  GPUKV_HD_INLINE void store_value_words(std::uint64_t index, const std::uint64_t* value, std::uint32_t value_bytes) const {
+  // `value` has len and word(j) (a ValueIn).
+  template <class Value>
+  GPUKV_HD_INLINE void store_value_words(std::uint64_t index, const Value& value) const {
     std::uint64_t* out = value_words_at(index);
+    const std::uint32_t value_bytes = value.len;
     const std::uint32_t full = value_bytes / 8;
-    for (std::uint32_t j = 0; j < full; ++j) out[j] = value[j];
+    for (std::uint32_t j = 0; j < full; ++j) out[j] = value.word(j);
     std::uint32_t written = full;
-    if (value_bytes % 8 != 0) out[written++] = value[full] & byte_mask(value_bytes % 8);
+    if (value_bytes % 8 != 0) out[written++] = value.word(full) & byte_mask(value_bytes % 8);
     // Zero the rest of the last sector touched (the value starts 8 + 8 * key_words bytes into the slot).
     const std::uint32_t first_word = 1 + key_words;
     const std::uint32_t end = round_up_to_sectors((first_word + written) * 8) / 8;
