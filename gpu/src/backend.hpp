@@ -96,6 +96,7 @@ inline TableStats make_stats(const Geometry& g, const Counters& c, const PassSta
   s.batches = p.passes;
   s.conflict_ops = p.conflict_ops;
   s.cleanups = p.cleanups;
+  s.cleanups_skipped = p.cleanups_skipped;
   return s;
 }
 

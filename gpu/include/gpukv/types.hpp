@@ -81,7 +81,8 @@ struct BatchIn {
 };
 
 // Per-operation results, same order as the batch. A GET with kOk wrote its value at
-// values[i*value_stride] (zero-padded to the stride) and its length at value_lens[i]. values/value_lens
+// values[i*value_stride] (zeros after it up to the next 8-byte boundary; the rest of the stride is
+// untouched) and its length at value_lens[i]. values/value_lens
 // may be null if the caller does not want GET values.
 struct BatchOut {
   std::uint8_t* status = nullptr;  // OpStatus codes
@@ -99,6 +100,7 @@ struct TableStats {
   std::uint64_t batches = 0;          // device passes run
   std::uint64_t conflict_ops = 0;     // ops that shared their key with another op of the same pass
   std::uint64_t cleanups = 0;         // tombstone clean-ups run
+  std::uint64_t cleanups_skipped = 0; // clean-ups that found no memory for the displaced keys (retried later)
 };
 
 // Errors the table's host API throws. Device code never throws; it reports per-operation statuses.

@@ -63,20 +63,14 @@ class CpuExecutor {
 
  private:
   void add(const Tally& t) {
+    add(t.items, counters_->items);
+    add(t.tombstones, counters_->tombstones);
+    add(t.pending, counters_->pending);
+    add(t.writes, counters_->writes);
+  }
+  static void add(long long delta, unsigned long long& counter) {
     // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
-    if (t.items != 0) {
-      atomic_ref<unsigned long long>(counters_->items).fetch_add(static_cast<unsigned long long>(t.items), memory_order_relaxed);
-    }
-    if (t.tombstones != 0) {
-      atomic_ref<unsigned long long>(counters_->tombstones)
-          .fetch_add(static_cast<unsigned long long>(t.tombstones), memory_order_relaxed);
-    }
-    if (t.pending != 0) {
-      atomic_ref<unsigned long long>(counters_->pending).fetch_add(static_cast<unsigned long long>(t.pending), memory_order_relaxed);
-    }
-    if (t.writes != 0) {
-      atomic_ref<unsigned long long>(counters_->writes).fetch_add(static_cast<unsigned long long>(t.writes), memory_order_relaxed);
-    }
+    if (delta != 0) atomic_ref<unsigned long long>(counter).fetch_add(static_cast<unsigned long long>(delta), memory_order_relaxed);
   }
 
   ThreadPool& pool_;

@@ -42,31 +42,30 @@ constexpr int min_blocks() {
 }
 
 // Adds each warp's tallies to the counters with one atomic per counter per warp.
+__device__ __forceinline__ void flush_delta(long long delta, unsigned long long* counter) {
+  for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xFFFFFFFFu, delta, offset);
+  // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
+  if ((threadIdx.x & 31) == 0 && delta != 0) atomicAdd(counter, static_cast<unsigned long long>(delta));
+}
+
 __device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
-  long long items = tally.items;
-  long long tombstones = tally.tombstones;
-  long long pending = tally.pending;
-  long long writes = tally.writes;
-  for (int offset = 16; offset > 0; offset /= 2) {
-    items += __shfl_xor_sync(0xFFFFFFFFu, items, offset);
-    tombstones += __shfl_xor_sync(0xFFFFFFFFu, tombstones, offset);
-    pending += __shfl_xor_sync(0xFFFFFFFFu, pending, offset);
-    writes += __shfl_xor_sync(0xFFFFFFFFu, writes, offset);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
-    if (items != 0) atomicAdd(&counters->items, static_cast<unsigned long long>(items));
-    if (tombstones != 0) atomicAdd(&counters->tombstones, static_cast<unsigned long long>(tombstones));
-    if (pending != 0) atomicAdd(&counters->pending, static_cast<unsigned long long>(pending));
-    if (writes != 0) atomicAdd(&counters->writes, static_cast<unsigned long long>(writes));
-  }
+  flush_delta(tally.items, &counters->items);
+  flush_delta(tally.tombstones, &counters->tombstones);
+  flush_delta(tally.pending, &counters->pending);
+  flush_delta(tally.writes, &counters->writes);
+}
+
+// Runs f(i, tally) for i in [0, n) over the whole grid.
+template <class F>
+__device__ __forceinline__ void grid_stride(std::uint64_t n, const F& f, Tally& tally) {
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
 }
 
 template <class F>
 __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
   Tally tally;
-  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  grid_stride(n, f, tally);
   flush_tally(tally, counters);
 }
 
@@ -78,8 +77,7 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   if (policy.collaborative(*counters)) return;
   Tally tally;
-  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+  grid_stride(n, f, tally);
   flush_tally(tally, counters);
 }
 

@@ -1,9 +1,10 @@
 // The per-key algorithm: the one copy of the table's logic, run by CUDA threads and by host threads alike.
 //
 // run_key() executes, in batch order, every op of one key in the current pass. It touches the table at most
-// three times whatever the number of ops: one probe (locate), at most one claim of a new slot, and one
-// commit. In between, the ops are applied to a small state in registers (present? whose value?), so a hot
-// key that appears thousands of times in a batch costs one probe, and intermediate values are never written.
+// three times whatever the number of ops: one walk along the key's probe sequence (start/step), at most one
+// claim of a new slot, and one commit (apply). In between, the ops are applied to a small state in
+// registers (present? whose value?), so a hot key that appears thousands of times in a batch costs one walk,
+// and intermediate values are never written.
 //
 // Invariants that make concurrent ops on different keys safe:
 //  * A key lives in at most one slot, and only the thread running that key changes it in a pass.
@@ -13,9 +14,9 @@
 //  * No thread reads a slot written in the same pass. A new key's slot stays BUSY (skipped by every lookup)
 //    until FinishPass publishes it after the pass; a deleted slot stays BUSY until FinishPass makes it a
 //    TOMBSTONE, so nobody can reuse it and rewrite its key while a reader that saw its old FULL ticket
-//    compares against it; an overwrite
-//    rewrites only the value, which only the key's own thread reads. So a lookup never sees a half-written
-//    key or value, and the pass needs no memory fences: kernel boundaries order everything.
+//    compares against it; an overwrite rewrites only the value, which only the key's own thread reads. So a
+//    lookup never sees a half-written key or value, and the pass needs no memory fences: kernel boundaries
+//    order everything.
 #pragma once
 
 #include <cstdint>
@@ -102,7 +103,7 @@ struct Engine {
     return false;
   }
 
-  // Claims the first available ticket from where locate() saw one. Returns false if none is left.
+  // Claims the first available ticket from where the walk saw one. Returns false if none is left.
   GPUKV_HD bool claim(const Location& at, const ProbePlan& plan, std::uint64_t& slot, Tally& tally) const {
     if (!at.can_claim) return false;
     std::uint64_t unit = at.claim_unit;
@@ -145,14 +146,12 @@ struct Engine {
     }
   }
 
-
   // A GET's value: `len` bytes at `from` (the slot's value, or the pass's latest write of this key).
   GPUKV_HD void write_get(std::uint64_t op, const std::uint64_t* from, std::uint32_t len) const {
     if (batch.out_values == nullptr) return;
     copy_value(batch.out_value_words(op), from, len);
     if (batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
   }
-
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
   // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn). `tickets` is
