@@ -114,8 +114,9 @@ class Timer {
 
 void print_result(const char* workload, const std::string& config, double load, std::uint64_t ops, double ms,
                   const std::string& extra) {
-  std::printf("RESULT %-14s %s load=%.3f ops=%llu ms=%.3f gops=%.3f %s\n", workload, config.c_str(), load,
-              static_cast<unsigned long long>(ops), ms, static_cast<double>(ops) / ms / 1e6, extra.c_str());
+  std::printf("RESULT %-14s %s load=%.3f ops=%llu ms=%.3f gops=%.3f%s%s\n", workload, config.c_str(), load,
+              static_cast<unsigned long long>(ops), ms, static_cast<double>(ops) / ms / 1e6, extra.empty() ? "" : " ",
+              extra.c_str());
   std::fflush(stdout);
 }
 
