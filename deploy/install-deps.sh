@@ -3,7 +3,8 @@
 # headers) is expected at /usr/local/cuda; without nvcc the build has the CPU backend only, and without the
 # toolkit's headers it stops with a message saying so.
 set -euo pipefail
-packages=(build-essential cmake libgtest-dev libgmock-dev)
+packages=(build-essential cmake libgtest-dev libgmock-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev prometheus-cpp-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

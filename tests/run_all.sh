@@ -3,7 +3,8 @@
 # every test. Two builds:
 #   build/       Release, with the CUDA backend when nvcc is present; all tests. GPU tests run when a GPU is
 #                present and are reported as skipped, with the reason, when not.
-#   build-tsan/  the CPU backend under ThreadSanitizer: the concurrency stress and shortened model tests.
+#   build-tsan/  the CPU backend and the batcher under ThreadSanitizer: the concurrency stress, the batcher's
+#                tests and shortened model tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${GPUKV_JOBS:-2}
@@ -18,11 +19,11 @@ ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
 
 echo "== build: ThreadSanitizer (CPU backend)"
 cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=thread \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUKV_BUILD_BENCH=OFF >/dev/null
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUKV_BUILD_BENCH=OFF -DGPUKV_BUILD_SERVICE=OFF >/dev/null
 cmake --build "$root/build-tsan" -j"$jobs"
 echo "== tests: ThreadSanitizer"
 GPUKV_TEST_SCALE=0.2 TSAN_OPTIONS="halt_on_error=1 abort_on_error=0" \
-  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress'
+  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress|Batcher|DecideBatch'
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "NOTE: no GPU on this machine: the GPU tests above were SKIPPED (bench/RESULTS.md records the last GPU run)."

@@ -1,0 +1,331 @@
+// The batcher against the real table (CPU backend): the batching decision (a pure function, no sleeps),
+// full and timed-out batches, calls spanning batches, arrival order across calls on one key, deadlines,
+// the queue bound, malformed ops, draining, and many concurrent callers checked against a model.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "batcher/batcher.hpp"
+
+namespace gpukv::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- decide_batch -------------------------------------------------------------------------------------
+
+TEST(DecideBatch, NothingQueuedWaitsForever) {
+  const auto t = Clock::time_point{} + 1s;
+  const BatchDecision d = decide_batch(0, t, t, 8, 100us, false);
+  EXPECT_FALSE(d.launch);
+  EXPECT_EQ(d.wait, Clock::duration::max());
+}
+
+TEST(DecideBatch, FullBatchLaunchesAtOnce) {
+  const auto t = Clock::time_point{} + 1s;
+  EXPECT_TRUE(decide_batch(8, t, t, 8, 100us, false).launch);
+  EXPECT_TRUE(decide_batch(9, t, t, 8, 100us, false).launch);
+}
+
+TEST(DecideBatch, PartialBatchWaitsOutTheDelayOfItsOldestOp) {
+  const auto oldest = Clock::time_point{} + 1s;
+  const BatchDecision early = decide_batch(3, oldest, oldest + 30us, 8, 100us, false);
+  EXPECT_FALSE(early.launch);
+  EXPECT_EQ(early.wait, 70us);
+  EXPECT_TRUE(decide_batch(3, oldest, oldest + 100us, 8, 100us, false).launch);
+  EXPECT_TRUE(decide_batch(3, oldest, oldest + 1s, 8, 100us, false).launch);
+}
+
+TEST(DecideBatch, DrainingLaunchesWhateverIsQueued) {
+  const auto t = Clock::time_point{} + 1s;
+  EXPECT_TRUE(decide_batch(1, t, t, 8, 1h, true).launch);
+  EXPECT_FALSE(decide_batch(0, t, t, 8, 1h, true).launch);
+}
+
+// ---- the batcher --------------------------------------------------------------------------------------
+
+// One call's packed columns and results, and a future for its completion.
+struct TestCall {
+  std::string kinds, keys, values;
+  std::vector<std::uint32_t> key_lengths, value_lengths;
+  CallResults results;
+  std::promise<CallCode> promise;
+  std::future<CallCode> future = promise.get_future();
+
+  TestCall& op(OpKind kind, const std::string& key, const std::string& value = {}) {
+    kinds.push_back(static_cast<char>(kind));
+    keys += key;
+    key_lengths.push_back(static_cast<std::uint32_t>(key.size()));
+    if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) {
+      values += value;
+      value_lengths.push_back(static_cast<std::uint32_t>(value.size()));
+    }
+    return *this;
+  }
+  Call call(Clock::time_point deadline = Clock::time_point::max()) {
+    Call c;
+    c.ops = CallOps{key_lengths.size(), kinds, OpKind::kGet, keys, key_lengths.data(), values, value_lengths.data()};
+    c.results = &results;
+    c.deadline = deadline;
+    c.done = [this](CallCode code, std::string_view) { promise.set_value(code); };
+    return c;
+  }
+  CallCode wait() {
+    // A generous bound so that a lost call fails the test instead of hanging it; not a speed check.
+    if (future.wait_for(30s) != std::future_status::ready) return static_cast<CallCode>(-1);
+    return future.get();
+  }
+  OpStatus status(std::size_t i) const { return static_cast<OpStatus>(results.results[i]); }
+  // The value of the GET at op i (values are packed in op order).
+  std::string value(std::size_t i) const {
+    std::size_t offset = 0;
+    for (std::size_t j = 0; j < i; ++j) offset += results.value_lengths[j];
+    return results.values.substr(offset, results.value_lengths[i]);
+  }
+};
+
+TableConfig cpu_table(std::uint64_t capacity = 1 << 16) {
+  TableConfig c;
+  c.backend = BackendKind::kCpu;
+  c.capacity = capacity;
+  c.key_width = 16;
+  c.value_width = 32;
+  c.max_batch = 1 << 16;
+  return c;
+}
+
+TEST(Batcher, FullBatchesRunWithoutWaitingForTheDelay) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 4;
+  bc.max_delay = 1h;  // only full batches can launch
+  Batcher batcher(table, bc);
+  std::vector<TestCall> calls(8);
+  for (std::size_t i = 0; i < calls.size(); ++i) batcher.submit(calls[i].op(OpKind::kPut, "k" + std::to_string(i), "v").call());
+  for (auto& c : calls) {
+    ASSERT_EQ(c.wait(), CallCode::kOk);
+    EXPECT_EQ(c.status(0), OpStatus::kOk);
+  }
+}
+
+TEST(Batcher, PartialBatchRunsOnceItsDelayPasses) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 1000;
+  bc.max_delay = 2ms;
+  Batcher batcher(table, bc);
+  TestCall put, get;
+  batcher.submit(put.op(OpKind::kPut, "key", "value").call());
+  ASSERT_EQ(put.wait(), CallCode::kOk);
+  batcher.submit(get.op(OpKind::kGet, "key").call());
+  ASSERT_EQ(get.wait(), CallCode::kOk);
+  EXPECT_EQ(get.status(0), OpStatus::kOk);
+  EXPECT_EQ(get.value(0), "value");
+}
+
+TEST(Batcher, CallsOnOneKeyTakeEffectInArrivalOrder) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 3;  // the calls below span several batches
+  bc.max_delay = 1ms;
+  Batcher batcher(table, bc);
+  std::vector<TestCall> calls(7);
+  batcher.submit(calls[0].op(OpKind::kPut, "k", "v1").call());
+  batcher.submit(calls[1].op(OpKind::kGet, "k").call());
+  batcher.submit(calls[2].op(OpKind::kPut, "k", "v2").op(OpKind::kPutIfAbsent, "k", "no").call());
+  batcher.submit(calls[3].op(OpKind::kGet, "k").call());
+  batcher.submit(calls[4].op(OpKind::kDelete, "k").op(OpKind::kGet, "k").call());
+  batcher.submit(calls[5].op(OpKind::kPutIfAbsent, "k", "v3").call());
+  batcher.submit(calls[6].op(OpKind::kGet, "k").call());
+  for (auto& c : calls) ASSERT_EQ(c.wait(), CallCode::kOk);
+  EXPECT_EQ(calls[1].value(0), "v1");
+  EXPECT_EQ(calls[2].status(1), OpStatus::kExists);
+  EXPECT_EQ(calls[3].value(0), "v2");
+  EXPECT_EQ(calls[4].status(0), OpStatus::kOk);
+  EXPECT_EQ(calls[4].status(1), OpStatus::kNotFound);
+  EXPECT_EQ(calls[5].status(0), OpStatus::kOk);
+  EXPECT_EQ(calls[6].value(0), "v3");
+}
+
+TEST(Batcher, ACallLargerThanABatchSpansBatchesInOrder) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 16;
+  bc.max_delay = 1ms;
+  Batcher batcher(table, bc);
+  TestCall puts, gets;
+  for (int i = 0; i < 100; ++i) puts.op(OpKind::kPut, "key" + std::to_string(i), "value" + std::to_string(i));
+  for (int i = 0; i < 100; ++i) gets.op(OpKind::kGet, "key" + std::to_string(i % 7 == 3 ? 1000 + i : i));
+  batcher.submit(puts.call());
+  batcher.submit(gets.call());
+  ASSERT_EQ(puts.wait(), CallCode::kOk);
+  ASSERT_EQ(gets.wait(), CallCode::kOk);
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(puts.status(i), OpStatus::kOk);
+    if (i % 7 == 3) {
+      EXPECT_EQ(gets.status(i), OpStatus::kNotFound);
+    } else {
+      EXPECT_EQ(gets.value(i), "value" + std::to_string(i));
+    }
+  }
+}
+
+TEST(Batcher, MalformedOpsAreRejectedAloneAndChangeNothing) {
+  Table table(cpu_table());
+  Batcher batcher(table, BatcherConfig{});
+  TestCall call, check;
+  call.op(OpKind::kPut, "", "empty key")
+      .op(OpKind::kPut, std::string(17, 'k'), "key too long")
+      .op(OpKind::kPut, "long-value", std::string(33, 'v'))
+      .op(static_cast<OpKind>(7), "bad-kind")
+      .op(OpKind::kPut, "fine", "ok");
+  batcher.submit(call.call());
+  ASSERT_EQ(call.wait(), CallCode::kOk);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(call.status(i), OpStatus::kInvalid) << i;
+  EXPECT_EQ(call.status(4), OpStatus::kOk);
+  batcher.submit(check.op(OpKind::kGet, "long-value").op(OpKind::kGet, "fine").call());
+  ASSERT_EQ(check.wait(), CallCode::kOk);
+  EXPECT_EQ(check.status(0), OpStatus::kNotFound);
+  EXPECT_EQ(check.value(1), "ok");
+  EXPECT_EQ(table.stats().items, 1u);
+}
+
+TEST(Batcher, ExpiredDeadlineFailsTheCallAndAppliesNothing) {
+  Table table(cpu_table());
+  Batcher batcher(table, BatcherConfig{});
+  TestCall late, check;
+  batcher.submit(late.op(OpKind::kPut, "late", "v").call(Clock::now() - 1ms));
+  EXPECT_EQ(late.wait(), CallCode::kDeadlineExceeded);
+  batcher.submit(check.op(OpKind::kGet, "late").call());
+  ASSERT_EQ(check.wait(), CallCode::kOk);
+  EXPECT_EQ(check.status(0), OpStatus::kNotFound);
+}
+
+TEST(Batcher, FullQueueRefusesCallsAndDrainRunsWhatWasQueued) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 64;
+  bc.max_delay = 1h;  // queued ops stay queued until the drain
+  bc.max_queued_ops = 10;
+  Batcher batcher(table, bc);
+  TestCall queued, refused, too_big, after;
+  for (int i = 0; i < 8; ++i) queued.op(OpKind::kPut, "q" + std::to_string(i), "v");
+  batcher.submit(queued.call());
+  for (int i = 0; i < 5; ++i) refused.op(OpKind::kPut, "r" + std::to_string(i), "v");
+  batcher.submit(refused.call());
+  EXPECT_EQ(refused.wait(), CallCode::kResourceExhausted);
+  for (int i = 0; i < 11; ++i) too_big.op(OpKind::kGet, "x");
+  batcher.submit(too_big.call());
+  EXPECT_EQ(too_big.wait(), CallCode::kResourceExhausted);
+  EXPECT_EQ(batcher.queued_ops(), 8u);
+
+  batcher.drain();
+  EXPECT_EQ(queued.wait(), CallCode::kOk);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(queued.status(i), OpStatus::kOk);
+  batcher.submit(after.op(OpKind::kGet, "q0").call());
+  EXPECT_EQ(after.wait(), CallCode::kUnavailable);
+  EXPECT_EQ(table.stats().items, 8u);
+}
+
+TEST(Batcher, ReportsEveryBatch) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 5;
+  bc.max_delay = 1ms;
+  std::mutex mutex;
+  std::uint64_t ops = 0, puts_ok = 0;
+  {
+    Batcher batcher(table, bc, [&](const BatchReport& r) {
+      std::lock_guard lock(mutex);
+      ops += r.ops;
+      puts_ok += r.results[static_cast<int>(OpKind::kPut)][static_cast<int>(OpStatus::kOk)];
+    });
+    TestCall call;
+    for (int i = 0; i < 12; ++i) call.op(OpKind::kPut, "k" + std::to_string(i), "v");
+    batcher.submit(call.call());
+    ASSERT_EQ(call.wait(), CallCode::kOk);
+  }
+  EXPECT_EQ(ops, 12u);
+  EXPECT_EQ(puts_ok, 12u);
+}
+
+// Many client threads, each on its own keys, random mixed calls of random sizes; each thread's results
+// must match its own model exactly (its calls run in the order it submitted them).
+TEST(Batcher, ConcurrentClientsMatchTheirModels) {
+  Table table(cpu_table(1 << 15));
+  BatcherConfig bc;
+  bc.batch_size = 256;
+  bc.max_delay = 200us;
+  Batcher batcher(table, bc);
+  constexpr int kClients = 6, kCalls = 150;
+  std::vector<std::thread> clients;
+  std::vector<std::string> failures(kClients);
+  for (int t = 0; t < kClients; ++t) {
+    clients.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      std::map<std::string, std::string> model;
+      // Several calls in flight at once, checked in submission order.
+      for (int round = 0; round < kCalls / 5 && failures[t].empty(); ++round) {
+        std::vector<TestCall> calls(5);
+        std::vector<std::vector<std::pair<OpKind, std::string>>> expect(5);
+        for (auto& c : calls) {
+          const int n = 1 + static_cast<int>(rng() % 40);
+          for (int i = 0; i < n; ++i) {
+            const std::string key = std::to_string(t) + "/" + std::to_string(rng() % 64);
+            const OpKind kind = static_cast<OpKind>(rng() % 4);
+            c.op(kind, key, "v" + std::to_string(rng() % 1000));
+          }
+          batcher.submit(c.call());
+        }
+        for (auto& c : calls) {
+          if (c.wait() != CallCode::kOk) {
+            failures[t] = "call failed";
+            return;
+          }
+          std::size_t key_at = 0, value_at = 0, write = 0;
+          for (std::size_t i = 0; i < c.key_lengths.size(); ++i) {
+            const std::string key = c.keys.substr(key_at, c.key_lengths[i]);
+            key_at += c.key_lengths[i];
+            const auto kind = static_cast<OpKind>(c.kinds[i]);
+            std::string value;
+            if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) {
+              value = c.values.substr(value_at, c.value_lengths[write]);
+              value_at += c.value_lengths[write++];
+            }
+            const bool present = model.count(key) != 0;
+            OpStatus want = OpStatus::kOk;
+            switch (kind) {
+              case OpKind::kGet:
+                want = present ? OpStatus::kOk : OpStatus::kNotFound;
+                if (present && c.value(i) != model[key]) failures[t] = "wrong value for " + key;
+                break;
+              case OpKind::kPut:
+                model[key] = value;
+                break;
+              case OpKind::kPutIfAbsent:
+                want = present ? OpStatus::kExists : OpStatus::kOk;
+                if (!present) model[key] = value;
+                break;
+              case OpKind::kDelete:
+                want = present ? OpStatus::kOk : OpStatus::kNotFound;
+                model.erase(key);
+                break;
+            }
+            if (c.status(i) != want) failures[t] = "wrong status for " + key;
+          }
+        }
+      }
+    });
+  }
+  for (auto& c : clients) c.join();
+  for (int t = 0; t < kClients; ++t) EXPECT_EQ(failures[t], "") << "client " << t;
+}
+
+}  // namespace
+}  // namespace gpukv::server
