@@ -1,0 +1,105 @@
+// gpukv-server: the gpukv gRPC service. Every flag can also be set through the environment as GPUKV_<FLAG>
+// (for example GPUKV_CAPACITY=1000000); a flag given on the command line wins over the environment.
+// SIGTERM or SIGINT drains the server: health turns NOT_SERVING, queued calls finish, then it exits.
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/flags/reflection.h>
+#include <absl/flags/usage.h>
+#include <spdlog/spdlog.h>
+
+#include <cctype>
+#include <csignal>
+#include <cstdlib>
+#include <string>
+
+#include "service/server.hpp"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address (host:port; port 0 picks a free port)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464", "Prometheus metrics address (host:port)");
+ABSL_FLAG(std::string, backend, "auto", "table backend: auto (GPU if present), gpu or cpu");
+ABSL_FLAG(std::uint64_t, capacity, 1 << 24, "table slots");
+ABSL_FLAG(std::uint32_t, key_width, 16, "largest key, bytes: 8, 16 or 32");
+ABSL_FLAG(std::uint32_t, value_width, 128, "largest value, bytes: 8 to 65536");
+ABSL_FLAG(std::uint32_t, ticket_bits, 8, "ticket size on the ticket-board: 2, 4 or 8");
+ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
+ABSL_FLAG(std::uint32_t, batch_size, 65536, "operations per device batch");
+ABSL_FLAG(std::uint32_t, max_queue_delay, 200, "microseconds an operation may wait for its batch to fill");
+ABSL_FLAG(std::uint64_t, max_queued_ops, 1 << 22, "operations queued beyond which calls get RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::uint32_t, cpu_threads, 0, "CPU backend worker threads (0: one per core)");
+ABSL_FLAG(std::string, tls_cert, "", "TLS certificate (PEM); plaintext when empty");
+ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
+ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+
+namespace {
+
+// GPUKV_<NAME> for every flag, applied before the command line so that explicit flags win.
+void apply_environment() {
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    std::string var = "GPUKV_";
+    for (char c : name) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const char* value = std::getenv(var.c_str());
+    if (value == nullptr) continue;
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      spdlog::critical("{}={}: {}", var, value, error);
+      std::exit(2);
+    }
+  }
+}
+
+gpukv::BackendKind parse_backend(const std::string& s) {
+  if (s == "cpu") return gpukv::BackendKind::kCpu;
+  if (s == "gpu") return gpukv::BackendKind::kGpu;
+  if (s == "auto") return gpukv::BackendKind::kAuto;
+  spdlog::critical("--backend must be auto, gpu or cpu, got '{}'", s);
+  std::exit(2);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("gpukv-server: a key-value service whose table lives on a GPU");
+  apply_environment();
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // Signals are taken synchronously by this thread: block them before any other thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  gpukv::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.table.backend = parse_backend(absl::GetFlag(FLAGS_backend));
+  options.table.capacity = absl::GetFlag(FLAGS_capacity);
+  options.table.key_width = absl::GetFlag(FLAGS_key_width);
+  options.table.value_width = absl::GetFlag(FLAGS_value_width);
+  options.table.ticket_bits = absl::GetFlag(FLAGS_ticket_bits);
+  options.table.max_load_factor = absl::GetFlag(FLAGS_max_load_factor);
+  options.table.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  options.batcher.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.table.max_batch = std::max<std::uint32_t>(options.table.max_batch, options.batcher.batch_size);
+  options.batcher.max_delay = std::chrono::microseconds(absl::GetFlag(FLAGS_max_queue_delay));
+  options.batcher.max_queued_ops = absl::GetFlag(FLAGS_max_queued_ops);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
+
+  try {
+    gpukv::server::Server server(options);
+    std::printf("gpukv-server listening on port %d, metrics on port %d, backend %s\n", server.port(), server.metrics_port(),
+                server.backend().c_str());
+    std::fflush(stdout);
+    int signal = 0;
+    sigwait(&signals, &signal);
+    spdlog::info("signal {}: shutting down", signal);
+    server.shutdown(std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  } catch (const std::exception& e) {
+    spdlog::critical("{}", e.what());
+    return 1;
+  }
+  return 0;
+}

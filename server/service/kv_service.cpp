@@ -1,0 +1,398 @@
+#include "kv_service.hpp"
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace gpukv::server {
+
+// The wire's Result codes are the table's OpStatus codes.
+static_assert(static_cast<int>(v1::RESULT_OK) == static_cast<int>(OpStatus::kOk));
+static_assert(static_cast<int>(v1::RESULT_NOT_FOUND) == static_cast<int>(OpStatus::kNotFound));
+static_assert(static_cast<int>(v1::RESULT_EXISTS) == static_cast<int>(OpStatus::kExists));
+static_assert(static_cast<int>(v1::RESULT_FULL) == static_cast<int>(OpStatus::kFull));
+static_assert(static_cast<int>(v1::RESULT_INVALID) == static_cast<int>(OpStatus::kInvalid));
+static_assert(static_cast<int>(v1::OP_PUT_IF_ABSENT) == static_cast<int>(OpKind::kPutIfAbsent));
+static_assert(static_cast<int>(v1::OP_DELETE) == static_cast<int>(OpKind::kDelete));
+
+namespace {
+
+grpc::Status status_of(CallCode code, std::string_view message) {
+  switch (code) {
+    case CallCode::kOk: return grpc::Status::OK;
+    case CallCode::kDeadlineExceeded: return {grpc::StatusCode::DEADLINE_EXCEEDED, std::string(message)};
+    case CallCode::kUnavailable: return {grpc::StatusCode::UNAVAILABLE, std::string(message)};
+    case CallCode::kResourceExhausted: return {grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(message)};
+  }
+  return {grpc::StatusCode::INTERNAL, "unknown call outcome"};
+}
+
+bool is_write(std::uint8_t kind) {
+  return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
+}
+
+CallOps packed(std::size_t count, OpKind kind, const std::string& keys, const google::protobuf::RepeatedField<std::uint32_t>& key_lengths,
+               const std::string& values = {}, const google::protobuf::RepeatedField<std::uint32_t>* value_lengths = nullptr) {
+  CallOps ops;
+  ops.count = count;
+  ops.kind = kind;
+  ops.keys = keys;
+  ops.key_lengths = key_lengths.data();
+  ops.values = values;
+  ops.value_lengths = value_lengths != nullptr ? value_lengths->data() : nullptr;
+  return ops;
+}
+
+}  // namespace
+
+Clock::time_point call_deadline(const grpc::CallbackServerContext& ctx) {
+  const auto deadline = ctx.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
+  const auto left = deadline - std::chrono::system_clock::now();
+  if (left > std::chrono::hours(24 * 365)) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(left);
+}
+
+std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t value_lengths_size, std::size_t values_size) {
+  std::uint64_t key_bytes = 0;
+  for (std::size_t i = 0; i < ops.count; ++i) key_bytes += ops.key_lengths[i];
+  if (key_bytes != keys_size) return "key_lengths add up to " + std::to_string(key_bytes) + " bytes, keys has " + std::to_string(keys_size);
+  std::size_t writes = 0;
+  for (std::size_t i = 0; i < ops.count; ++i) {
+    writes += is_write(ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]));
+  }
+  if (writes != value_lengths_size) {
+    return std::to_string(writes) + " write operations but " + std::to_string(value_lengths_size) + " value_lengths";
+  }
+  std::uint64_t value_bytes = 0;
+  for (std::size_t i = 0; i < value_lengths_size; ++i) value_bytes += ops.value_lengths[i];
+  if (value_bytes != values_size) {
+    return "value_lengths add up to " + std::to_string(value_bytes) + " bytes, values has " + std::to_string(values_size);
+  }
+  return {};
+}
+
+KvService::KvService(std::uint32_t key_width, std::uint32_t value_width,
+                     std::function<void(const char*, grpc::StatusCode)> on_request)
+    : key_width_(key_width), value_width_(value_width), on_request_(std::move(on_request)) {}
+
+void KvService::attach(Batcher* batcher, const TableStats& stats, std::string backend, std::string device) {
+  {
+    std::lock_guard lock(stats_mutex_);
+    stats_.set_backend(std::move(backend));
+    stats_.set_device(std::move(device));
+    stats_.set_key_width(key_width_);
+    stats_.set_value_width(value_width_);
+  }
+  update_stats(stats, 0);
+  batcher_.store(batcher);
+}
+
+void KvService::detach() { batcher_.store(nullptr); }
+
+void KvService::update_stats(const TableStats& s, std::uint64_t batch_ops) {
+  std::lock_guard lock(stats_mutex_);
+  stats_.clear_tiers();
+  v1::TierStats* tier = stats_.add_tiers();
+  tier->set_name("device");
+  tier->set_items(s.items);
+  tier->set_capacity(s.capacity);
+  tier->set_max_items(s.max_items);
+  tier->set_bytes(s.board_bytes + s.slot_bytes);
+  stats_.set_batches(s.batches);
+  stats_.set_operations(stats_.operations() + batch_ops);
+  stats_.set_tombstones(s.tombstones);
+  stats_.set_cleanups(s.cleanups);
+}
+
+void KvService::run(const char* method, CallOps ops, CallResults* results, Clock::time_point deadline,
+                    std::function<void(const grpc::Status&)> finish) {
+  Batcher* batcher = batcher_.load();
+  auto report = [this, method, finish = std::move(finish)](const grpc::Status& status) {
+    if (on_request_) on_request_(method, status.error_code());
+    finish(status);
+  };
+  if (batcher == nullptr) {
+    report(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is starting or draining"));
+    return;
+  }
+  Call call;
+  call.ops = ops;
+  call.results = results;
+  call.deadline = deadline;
+  call.done = [report](CallCode code, std::string_view message) { report(status_of(code, message)); };
+  batcher->submit(std::move(call));
+}
+
+template <class Respond>
+grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops,
+                                           Respond respond) {
+  auto* reactor = ctx->DefaultReactor();
+  auto results = std::make_shared<CallResults>();
+  run(method, ops, results.get(), call_deadline(*ctx), [reactor, results, respond](const grpc::Status& status) {
+    reactor->Finish(status.ok() ? respond(*results) : status);
+  });
+  return reactor;
+}
+
+namespace {
+
+// A single-key call's key must be 1..key_width bytes; a batch reports a bad key in its own result.
+grpc::ServerUnaryReactor* reject(grpc::CallbackServerContext* ctx, std::string message) {
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message)));
+  return reactor;
+}
+
+std::string bad_key(const std::string& key, std::uint32_t width) {
+  if (key.empty() || key.size() > width) {
+    return "key must be 1.." + std::to_string(width) + " bytes, got " + std::to_string(key.size());
+  }
+  return {};
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) {
+  if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
+    if (on_request_) on_request_("Get", grpc::StatusCode::INVALID_ARGUMENT);
+    return reject(ctx, e);
+  }
+  auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
+  CallOps ops{1, {}, OpKind::kGet, req->key(), len.get(), {}, nullptr};
+  return unary("Get", ctx, ops, [resp, len](const CallResults& r) {
+    resp->set_found(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
+    resp->set_value(r.values);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const v1::PutRequest* req, v1::PutResponse* resp) {
+  std::string e = bad_key(req->key(), key_width_);
+  if (e.empty() && req->value().size() > value_width_) {
+    e = "value must be at most " + std::to_string(value_width_) + " bytes, got " + std::to_string(req->value().size());
+  }
+  if (!e.empty()) {
+    if (on_request_) on_request_("Put", grpc::StatusCode::INVALID_ARGUMENT);
+    return reject(ctx, e);
+  }
+  auto lens = std::make_shared<std::array<std::uint32_t, 2>>(
+      std::array<std::uint32_t, 2>{static_cast<std::uint32_t>(req->key().size()), static_cast<std::uint32_t>(req->value().size())});
+  CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), &(*lens)[0], req->value(), &(*lens)[1]};
+  return unary("Put", ctx, ops, [resp, lens](const CallResults& r) {
+    const auto s = static_cast<OpStatus>(r.results[0]);
+    if (s == OpStatus::kFull) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the table is full");
+    resp->set_result(static_cast<v1::Result>(s));
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
+                                            v1::DeleteResponse* resp) {
+  if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
+    if (on_request_) on_request_("Delete", grpc::StatusCode::INVALID_ARGUMENT);
+    return reject(ctx, e);
+  }
+  auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
+  CallOps ops{1, {}, OpKind::kDelete, req->key(), len.get(), {}, nullptr};
+  return unary("Delete", ctx, ops, [resp, len](const CallResults& r) {
+    resp->set_deleted(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, const v1::BatchGetRequest* req,
+                                              v1::BatchGetResponse* resp) {
+  const CallOps ops = packed(req->key_lengths_size(), OpKind::kGet, req->keys(), req->key_lengths());
+  if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
+    if (on_request_) on_request_("BatchGet", grpc::StatusCode::INVALID_ARGUMENT);
+    return reject(ctx, "malformed request: " + e);
+  }
+  return unary("BatchGet", ctx, ops, [resp](const CallResults& r) {
+    resp->set_results(r.results);
+    resp->set_values(r.values);
+    resp->mutable_value_lengths()->Add(r.value_lengths.begin(), r.value_lengths.end());
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, const v1::BatchPutRequest* req,
+                                              v1::BatchPutResponse* resp) {
+  const CallOps ops = packed(req->key_lengths_size(), req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->keys(),
+                             req->key_lengths(), req->values(), &req->value_lengths());
+  if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
+    if (on_request_) on_request_("BatchPut", grpc::StatusCode::INVALID_ARGUMENT);
+    return reject(ctx, "malformed request: " + e);
+  }
+  return unary("BatchPut", ctx, ops, [resp](const CallResults& r) {
+    resp->set_results(r.results);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
+                                                 v1::BatchDeleteResponse* resp) {
+  const CallOps ops = packed(req->key_lengths_size(), OpKind::kDelete, req->keys(), req->key_lengths());
+  if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
+    if (on_request_) on_request_("BatchDelete", grpc::StatusCode::INVALID_ARGUMENT);
+    return reject(ctx, "malformed request: " + e);
+  }
+  return unary("BatchDelete", ctx, ops, [resp](const CallResults& r) {
+    resp->set_results(r.results);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) {
+  {
+    std::lock_guard lock(stats_mutex_);
+    *resp = stats_;
+  }
+  if (on_request_) on_request_("Stats", grpc::StatusCode::OK);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+namespace {
+
+// One Stream call: every request read is submitted at once (so requests pipeline), and responses are
+// written one at a time in the order their calls finish, which is the order they were read (the batcher
+// keeps arrival order). The reactor ends after the client has half-closed and every response is written.
+class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+ public:
+  StreamReactor(KvService& service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed (or the call broke)
+      {
+        std::lock_guard lock(mutex_);
+        reads_done_ = true;
+      }
+      pump();
+      return;
+    }
+    auto item = std::make_shared<Item>();
+    item->request = std::move(incoming_);
+    {
+      std::lock_guard lock(mutex_);
+      ++outstanding_;
+    }
+    // Submit before the next read: the next OnReadDone may run on another thread, and requests must reach
+    // the batcher in the order they were sent (same-key order within a stream). Submitting never blocks.
+    submit(item);
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      std::lock_guard lock(mutex_);
+      writing_ = false;
+      ready_.pop_front();
+      if (!ok) {
+        broken_ = true;
+        ready_.clear();
+      }
+    }
+    pump();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Item {
+    v1::StreamRequest request;
+    CallResults results;
+    v1::StreamResponse response;
+  };
+
+  void submit(const std::shared_ptr<Item>& item) {
+    const v1::StreamRequest& r = item->request;
+    CallOps ops;
+    ops.count = r.ops().size();
+    ops.kinds = r.ops();
+    ops.keys = r.keys();
+    ops.key_lengths = r.key_lengths().data();
+    ops.values = r.values();
+    ops.value_lengths = r.value_lengths().data();
+    std::string error;
+    if (static_cast<std::size_t>(r.key_lengths_size()) != ops.count) {
+      error = std::to_string(ops.count) + " ops but " + std::to_string(r.key_lengths_size()) + " key_lengths";
+    } else {
+      error = check_columns(ops, r.keys().size(), r.value_lengths_size(), r.values().size());
+    }
+    item->response.set_id(r.id());
+    if (!error.empty()) {  // answer the malformed request, keep the stream
+      item->response.set_results(std::string(ops.count, static_cast<char>(OpStatus::kInvalid)));
+      item->response.mutable_value_lengths()->Resize(static_cast<int>(ops.count), 0);
+      respond(item);
+      return;
+    }
+    service_.run("Stream", ops, &item->results, call_deadline(*ctx_), [this, item](const grpc::Status& status) {
+      if (status.ok()) {
+        item->response.set_results(item->results.results);
+        item->response.set_values(item->results.values);
+        item->response.mutable_value_lengths()->Add(item->results.value_lengths.begin(), item->results.value_lengths.end());
+      } else {  // queue full, deadline, draining: every op of this request fails, the stream goes on
+        item->response.set_results(std::string(item->request.ops().size(), static_cast<char>(OpStatus::kFull)));
+        item->response.mutable_value_lengths()->Resize(item->request.ops().size(), 0);
+        std::lock_guard lock(mutex_);
+        if (first_error_.ok()) first_error_ = status;
+      }
+      respond(item);
+    });
+  }
+
+  void respond(const std::shared_ptr<Item>& item) {
+    {
+      std::lock_guard lock(mutex_);
+      --outstanding_;
+      if (!broken_) ready_.push_back(item);
+    }
+    pump();
+  }
+
+  // Starts the next write, or finishes the call once everything is read, answered and written. Decides under
+  // the lock and calls into gRPC outside it.
+  void pump() {
+    const v1::StreamResponse* next = nullptr;
+    bool finish = false;
+    grpc::Status status;
+    {
+      std::lock_guard lock(mutex_);
+      if (!writing_ && !ready_.empty() && !broken_) {
+        writing_ = true;
+        next = &ready_.front()->response;  // deque references survive push_back
+      } else if (!finished_ && reads_done_ && outstanding_ == 0 && !writing_ && ready_.empty()) {
+        finished_ = true;
+        finish = true;
+        status = first_error_;
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(status);
+  }
+
+  KvService& service_;
+  grpc::CallbackServerContext* ctx_;
+  v1::StreamRequest incoming_;  // the read in progress
+  std::mutex mutex_;            // guards everything below
+  std::deque<std::shared_ptr<Item>> ready_;  // answered, waiting to be written, in order
+  int outstanding_ = 0;         // requests read and not yet answered
+  bool reads_done_ = false;
+  bool writing_ = false;
+  bool broken_ = false;         // a write failed: the client is gone
+  bool finished_ = false;
+  grpc::Status first_error_;    // the stream's final status: the first failed request's, or OK
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* KvService::Stream(grpc::CallbackServerContext* ctx) {
+  return new StreamReactor(*this, ctx);
+}
+
+}  // namespace gpukv::server

@@ -1,0 +1,71 @@
+// The gpukv.v1.KeyValue service on gRPC's callback API. Every handler turns its request into packed
+// columns for the batcher and returns at once; the batcher's execution thread finishes the call. No reaction
+// blocks: submitting takes the batcher's queue lock only, and Stats reads a snapshot taken after each batch.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <mutex>
+
+#include "batcher/batcher.hpp"
+#include "gpukv/v1/kv.grpc.pb.h"
+
+namespace gpukv::server {
+
+class KvService final : public gpukv::v1::KeyValue::CallbackService {
+ public:
+  // on_request(method, code) counts each finished call for the metrics.
+  KvService(std::uint32_t key_width, std::uint32_t value_width,
+            std::function<void(const char* method, grpc::StatusCode code)> on_request);
+
+  // Calls are answered UNAVAILABLE until the batcher is attached (the table is being built) and after
+  // it is detached (draining).
+  void attach(Batcher* batcher, const TableStats& stats, std::string backend, std::string device);
+  void detach();
+  // The table's numbers after the latest batch, for Stats.
+  void update_stats(const TableStats& stats, std::uint64_t batch_ops);
+
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) override;
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const v1::PutRequest* req, v1::PutResponse* resp) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
+                                   v1::DeleteResponse* resp) override;
+  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const v1::BatchGetRequest* req,
+                                     v1::BatchGetResponse* resp) override;
+  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const v1::BatchPutRequest* req,
+                                     v1::BatchPutResponse* resp) override;
+  grpc::ServerUnaryReactor* BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
+                                        v1::BatchDeleteResponse* resp) override;
+  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
+                                  v1::StatsResponse* resp) override;
+
+  // Submits packed columns; `finish` runs once with the gRPC status (results filled when OK). Public for the
+  // stream reactor.
+  void run(const char* method, CallOps ops, CallResults* results, Clock::time_point deadline,
+           std::function<void(const grpc::Status&)> finish);
+
+  std::uint32_t key_width() const { return key_width_; }
+  std::uint32_t value_width() const { return value_width_; }
+
+ private:
+  template <class Respond>
+  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, Respond respond);
+
+  const std::uint32_t key_width_;
+  const std::uint32_t value_width_;
+  const std::function<void(const char*, grpc::StatusCode)> on_request_;
+  std::atomic<Batcher*> batcher_{nullptr};
+
+  std::mutex stats_mutex_;  // guards the snapshot below
+  v1::StatsResponse stats_;
+};
+
+// Steady-clock deadline of a call (time_point::max() when it has none).
+Clock::time_point call_deadline(const grpc::CallbackServerContext& ctx);
+
+// Checks that packed columns are consistent: key lengths add up to the keys, one value length per write op,
+// value lengths add up to the values. Returns an error message, or empty.
+std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t value_lengths_size,
+                          std::size_t values_size);
+
+}  // namespace gpukv::server

@@ -1,0 +1,100 @@
+#include "metrics.hpp"
+
+#include <chrono>
+
+namespace gpukv::server {
+namespace {
+
+prometheus::Histogram::BucketBoundaries seconds_buckets() {  // 10 us .. ~10 s
+  prometheus::Histogram::BucketBoundaries b;
+  for (double s = 10e-6; s < 20.0; s *= 2) b.push_back(s);
+  return b;
+}
+
+prometheus::Histogram::BucketBoundaries ops_buckets() {  // 1 .. 16M operations
+  prometheus::Histogram::BucketBoundaries b;
+  for (double n = 1; n <= (1 << 24); n *= 2) b.push_back(n);
+  return b;
+}
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+const char* status_code_name(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    default: return "OTHER";
+  }
+}
+
+Metrics::Metrics(const std::string& address)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(prometheus::BuildCounter()
+                    .Name("gpukv_requests_total")
+                    .Help("gRPC calls finished, by method and status code")
+                    .Register(*registry_)),
+      operations_(prometheus::BuildCounter()
+                      .Name("gpukv_operations_total")
+                      .Help("Table operations executed, by kind and result")
+                      .Register(*registry_)),
+      batches_(prometheus::BuildCounter().Name("gpukv_batches_total").Help("Device batches executed").Register(*registry_).Add({})),
+      batch_size_(prometheus::BuildHistogram()
+                      .Name("gpukv_batch_size_ops")
+                      .Help("Operations per device batch")
+                      .Register(*registry_)
+                      .Add({}, ops_buckets())),
+      queue_delay_(prometheus::BuildHistogram()
+                       .Name("gpukv_queue_delay_seconds")
+                       .Help("How long a batch's oldest operation waited in the queue")
+                       .Register(*registry_)
+                       .Add({}, seconds_buckets())),
+      batch_time_(prometheus::BuildHistogram()
+                      .Name("gpukv_batch_execution_seconds")
+                      .Help("Time to execute one device batch on the table")
+                      .Register(*registry_)
+                      .Add({}, seconds_buckets())),
+      items_(prometheus::BuildGauge().Name("gpukv_items").Help("Live keys, by tier").Register(*registry_)),
+      capacity_(prometheus::BuildGauge().Name("gpukv_capacity_slots").Help("Slots, by tier").Register(*registry_)),
+      tombstones_(prometheus::BuildGauge().Name("gpukv_tombstones").Help("Deleted slots not yet cleaned").Register(*registry_).Add({})),
+      queued_(prometheus::BuildGauge().Name("gpukv_queued_ops").Help("Operations waiting for a batch").Register(*registry_).Add({})),
+      exposer_(address) {
+  exposer_.RegisterCollectable(registry_);
+}
+
+int Metrics::port() const {
+  const auto ports = exposer_.GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::on_request(const char* method, grpc::StatusCode code) {
+  requests_.Add({{"method", method}, {"code", status_code_name(code)}}).Increment();
+}
+
+void Metrics::on_batch(const BatchReport& report, const TableStats& table, std::size_t queued_ops) {
+  batches_.Increment();
+  batch_size_.Observe(static_cast<double>(report.ops));
+  queue_delay_.Observe(seconds(report.queue_delay));
+  batch_time_.Observe(seconds(report.execute_time));
+  for (std::size_t kind = 0; kind < report.results.size(); ++kind) {
+    for (std::size_t result = 0; result < report.results[kind].size(); ++result) {
+      const std::uint64_t n = report.results[kind][result];
+      if (n == 0) continue;
+      operations_
+          .Add({{"kind", to_string(static_cast<OpKind>(kind))}, {"result", to_string(static_cast<OpStatus>(result))}})
+          .Increment(static_cast<double>(n));
+    }
+  }
+  items_.Add({{"tier", "device"}}).Set(static_cast<double>(table.items));
+  capacity_.Add({{"tier", "device"}}).Set(static_cast<double>(table.capacity));
+  tombstones_.Set(static_cast<double>(table.tombstones));
+  queued_.Set(static_cast<double>(queued_ops));
+}
+
+}  // namespace gpukv::server

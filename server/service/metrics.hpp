@@ -1,0 +1,47 @@
+// The server's Prometheus metrics, served by prometheus-cpp on their own address. Names carry the gpukv_
+// prefix and their unit; durations are histograms in seconds.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <grpcpp/support/status.h>
+
+#include <memory>
+#include <string>
+
+#include "batcher/batcher.hpp"
+
+namespace gpukv::server {
+
+class Metrics {
+ public:
+  // Starts serving /metrics on `address` ("host:port", port 0 picks one); throws if it cannot bind.
+  explicit Metrics(const std::string& address);
+
+  int port() const;
+  void on_request(const char* method, grpc::StatusCode code);
+  // After each batch: the batch's figures and the table's state.
+  void on_batch(const BatchReport& report, const TableStats& table, std::size_t queued_ops);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Counter>& operations_;
+  prometheus::Counter& batches_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Histogram& queue_delay_;
+  prometheus::Histogram& batch_time_;
+  prometheus::Family<prometheus::Gauge>& items_;
+  prometheus::Family<prometheus::Gauge>& capacity_;
+  prometheus::Gauge& tombstones_;
+  prometheus::Gauge& queued_;
+  prometheus::Exposer exposer_;
+};
+
+const char* status_code_name(grpc::StatusCode code);
+
+}  // namespace gpukv::server

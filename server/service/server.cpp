@@ -1,0 +1,89 @@
+#include "server.hpp"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace gpukv::server {
+namespace {
+
+constexpr const char* kServiceName = "gpukv.v1.KeyValue";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::shared_ptr<grpc::ServerCredentials> credentials(const ServerOptions& o) {
+  if (o.tls_cert.empty() && o.tls_key.empty()) return grpc::InsecureServerCredentials();
+  if (o.tls_cert.empty() || o.tls_key.empty()) throw std::invalid_argument("TLS needs both a certificate and a key");
+  grpc::SslServerCredentialsOptions ssl;
+  ssl.pem_key_cert_pairs.push_back({read_file(o.tls_key), read_file(o.tls_cert)});
+  return grpc::SslServerCredentials(ssl);
+}
+
+void set_health(grpc::Server& server, bool serving) {
+  if (auto* health = server.GetHealthCheckService()) {
+    health->SetServingStatus("", serving);
+    health->SetServingStatus(kServiceName, serving);
+  }
+}
+
+}  // namespace
+
+Server::Server(const ServerOptions& options) : options_(options) {
+  metrics_ = std::make_unique<Metrics>(options_.metrics_listen);
+  service_ = std::make_unique<KvService>(options_.table.key_width, options_.table.value_width,
+                                         [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options_.listen, credentials(options_), &port_);
+  builder.RegisterService(service_.get());
+  builder.SetMaxReceiveMessageSize(256 << 20);  // batch calls carry up to millions of keys
+  builder.SetMaxSendMessageSize(256 << 20);
+  grpc_ = builder.BuildAndStart();
+  if (grpc_ == nullptr || port_ == 0) throw std::runtime_error("cannot listen on " + options_.listen);
+  set_health(*grpc_, false);
+  spdlog::info("listening on port {} (metrics on port {}); building the table", port_, metrics_->port());
+
+  table_ = std::make_unique<Table>(options_.table);
+  batcher_ = std::make_unique<Batcher>(*table_, options_.batcher, [this](const BatchReport& report) {
+    const TableStats stats = table_->stats();
+    service_->update_stats(stats, report.ops);
+    metrics_->on_batch(report, stats, batcher_->queued_ops());
+  });
+  const TableStats stats = table_->stats();
+  metrics_->on_batch(BatchReport{}, stats, 0);
+  service_->attach(batcher_.get(), stats, to_string(table_->backend()), table_->device_name());
+  set_health(*grpc_, true);
+  spdlog::info("serving: backend {} ({}), key width {} B, value width {} B, capacity {} slots ({} keys at the maximum load)",
+               to_string(table_->backend()), table_->device_name(), options_.table.key_width, options_.table.value_width,
+               stats.capacity, stats.max_items);
+}
+
+Server::~Server() { shutdown(std::chrono::seconds(5)); }
+
+std::string Server::backend() const { return to_string(table_->backend()); }
+
+void Server::shutdown(std::chrono::milliseconds grace) {
+  if (stopped_) return;
+  stopped_ = true;
+  spdlog::info("draining");
+  set_health(*grpc_, false);
+  service_->detach();   // new calls: UNAVAILABLE
+  batcher_->drain();    // queued calls run to completion
+  grpc_->Shutdown(std::chrono::system_clock::now() + grace);
+  grpc_->Wait();
+  spdlog::info("stopped");
+}
+
+}  // namespace gpukv::server

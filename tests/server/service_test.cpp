@@ -1,0 +1,311 @@
+// The gRPC service in process, over a real channel to 127.0.0.1: unary, batch and stream calls, every error
+// code the API promises, a full table, draining, and the Prometheus endpoint.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpukv/v1/kv.grpc.pb.h"
+#include "service/server.hpp"
+
+namespace gpukv::server {
+namespace {
+
+using namespace std::chrono_literals;
+namespace v1 = gpukv::v1;
+
+ServerOptions small_server(std::uint64_t capacity = 4096) {
+  ServerOptions o;
+  o.listen = "127.0.0.1:0";
+  o.metrics_listen = "127.0.0.1:0";
+  o.table.backend = BackendKind::kCpu;
+  o.table.capacity = capacity;
+  o.table.key_width = 16;
+  o.table.value_width = 32;
+  o.batcher.batch_size = 1024;
+  o.batcher.max_delay = 200us;
+  return o;
+}
+
+class ServiceTest : public testing::Test {
+ protected:
+  void start(const ServerOptions& o) {
+    server_ = std::make_unique<Server>(o);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials());
+    stub_ = v1::KeyValue::NewStub(channel_);
+  }
+  std::unique_ptr<grpc::ClientContext> context(std::chrono::milliseconds timeout = 10000ms) {
+    auto c = std::make_unique<grpc::ClientContext>();
+    c->set_deadline(std::chrono::system_clock::now() + timeout);
+    return c;
+  }
+  grpc::Status put(const std::string& key, const std::string& value, bool if_absent = false, v1::Result* result = nullptr) {
+    v1::PutRequest req;
+    req.set_key(key);
+    req.set_value(value);
+    req.set_if_absent(if_absent);
+    v1::PutResponse resp;
+    auto status = stub_->Put(context().get(), req, &resp);
+    if (result != nullptr) *result = resp.result();
+    return status;
+  }
+  // found == false and an OK status for a miss.
+  grpc::Status get(const std::string& key, bool* found, std::string* value) {
+    v1::GetRequest req;
+    req.set_key(key);
+    v1::GetResponse resp;
+    auto status = stub_->Get(context().get(), req, &resp);
+    *found = resp.found();
+    *value = resp.value();
+    return status;
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KeyValue::Stub> stub_;
+};
+
+void add_key(std::string& keys, google::protobuf::RepeatedField<std::uint32_t>* lengths, const std::string& key) {
+  keys += key;
+  lengths->Add(static_cast<std::uint32_t>(key.size()));
+}
+
+TEST_F(ServiceTest, UnaryPutGetDeleteAndAMissIsNotAnError) {
+  start(small_server());
+  bool found = true;
+  std::string value;
+  ASSERT_TRUE(get("absent", &found, &value).ok());
+  EXPECT_FALSE(found);
+  ASSERT_TRUE(put("k", "v1").ok());
+  ASSERT_TRUE(get("k", &found, &value).ok());
+  EXPECT_TRUE(found);
+  EXPECT_EQ(value, "v1");
+  v1::Result result;
+  ASSERT_TRUE(put("k", "v2", /*if_absent=*/true, &result).ok());
+  EXPECT_EQ(result, v1::RESULT_EXISTS);
+  ASSERT_TRUE(get("k", &found, &value).ok());
+  EXPECT_EQ(value, "v1");
+  v1::DeleteRequest del;
+  del.set_key("k");
+  v1::DeleteResponse deleted;
+  ASSERT_TRUE(stub_->Delete(context().get(), del, &deleted).ok());
+  EXPECT_TRUE(deleted.deleted());
+  ASSERT_TRUE(stub_->Delete(context().get(), del, &deleted).ok());
+  EXPECT_FALSE(deleted.deleted());
+}
+
+TEST_F(ServiceTest, BadKeysAndValuesAreInvalidArgumentAndChangeNothing) {
+  start(small_server());
+  EXPECT_EQ(put("", "v").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(put(std::string(17, 'k'), "v").error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(put("k", std::string(33, 'v')).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  bool found = true;
+  std::string value;
+  EXPECT_EQ(get("", &found, &value).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(get("k", &found, &value).ok());
+  EXPECT_FALSE(found);
+
+  // A malformed batch (lengths that do not add up) fails whole; a bad key in a batch fails only itself.
+  v1::BatchPutRequest bad;
+  bad.set_keys("abc");
+  bad.add_key_lengths(5);
+  bad.add_value_lengths(0);
+  v1::BatchPutResponse bad_resp;
+  EXPECT_EQ(stub_->BatchPut(context().get(), bad, &bad_resp).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  v1::BatchPutRequest mixed;
+  for (const std::string& k : {std::string("good"), std::string(), std::string(20, 'x')}) {
+    add_key(*mixed.mutable_keys(), mixed.mutable_key_lengths(), k);
+    mixed.add_value_lengths(1);
+    mixed.mutable_values()->append("v");
+  }
+  v1::BatchPutResponse mixed_resp;
+  ASSERT_TRUE(stub_->BatchPut(context().get(), mixed, &mixed_resp).ok());
+  ASSERT_EQ(mixed_resp.results().size(), 3u);
+  EXPECT_EQ(mixed_resp.results()[0], v1::RESULT_OK);
+  EXPECT_EQ(mixed_resp.results()[1], v1::RESULT_INVALID);
+  EXPECT_EQ(mixed_resp.results()[2], v1::RESULT_INVALID);
+}
+
+TEST_F(ServiceTest, BatchCallsAnswerInRequestOrderAndTheLastPutWins) {
+  start(small_server());
+  v1::BatchPutRequest puts;
+  for (int i = 0; i < 500; ++i) {
+    add_key(*puts.mutable_keys(), puts.mutable_key_lengths(), "key" + std::to_string(i));
+    const std::string v = "value" + std::to_string(i);
+    puts.mutable_values()->append(v);
+    puts.add_value_lengths(static_cast<std::uint32_t>(v.size()));
+  }
+  add_key(*puts.mutable_keys(), puts.mutable_key_lengths(), "key7");  // repeated: the last one wins
+  puts.mutable_values()->append("last");
+  puts.add_value_lengths(4);
+  v1::BatchPutResponse put_resp;
+  ASSERT_TRUE(stub_->BatchPut(context().get(), puts, &put_resp).ok());
+  ASSERT_EQ(put_resp.results().size(), 501u);
+  for (char r : put_resp.results()) EXPECT_EQ(r, v1::RESULT_OK);
+
+  v1::BatchGetRequest gets;
+  for (int i = 0; i < 510; ++i) add_key(*gets.mutable_keys(), gets.mutable_key_lengths(), "key" + std::to_string(i));
+  v1::BatchGetResponse get_resp;
+  ASSERT_TRUE(stub_->BatchGet(context().get(), gets, &get_resp).ok());
+  ASSERT_EQ(get_resp.results().size(), 510u);
+  std::size_t offset = 0;
+  for (int i = 0; i < 510; ++i) {
+    const std::uint32_t len = get_resp.value_lengths(i);
+    const std::string v = get_resp.values().substr(offset, len);
+    offset += len;
+    if (i >= 500) {
+      EXPECT_EQ(get_resp.results()[i], v1::RESULT_NOT_FOUND);
+    } else {
+      EXPECT_EQ(get_resp.results()[i], v1::RESULT_OK);
+      EXPECT_EQ(v, i == 7 ? "last" : "value" + std::to_string(i));
+    }
+  }
+
+  v1::BatchDeleteRequest dels;
+  add_key(*dels.mutable_keys(), dels.mutable_key_lengths(), "key1");
+  add_key(*dels.mutable_keys(), dels.mutable_key_lengths(), "nope");
+  v1::BatchDeleteResponse del_resp;
+  ASSERT_TRUE(stub_->BatchDelete(context().get(), dels, &del_resp).ok());
+  EXPECT_EQ(del_resp.results(), std::string({static_cast<char>(v1::RESULT_OK), static_cast<char>(v1::RESULT_NOT_FOUND)}));
+}
+
+TEST_F(ServiceTest, AFullTableRefusesWritesAndKeepsItsKeys) {
+  start(small_server(200));
+  v1::StatsResponse stats;
+  ASSERT_TRUE(stub_->Stats(context().get(), v1::StatsRequest{}, &stats).ok());
+  const std::uint64_t max_items = stats.tiers(0).max_items();
+  v1::BatchPutRequest puts;
+  for (std::uint64_t i = 0; i < max_items + 10; ++i) {
+    add_key(*puts.mutable_keys(), puts.mutable_key_lengths(), "k" + std::to_string(i));
+    puts.mutable_values()->append("v");
+    puts.add_value_lengths(1);
+  }
+  v1::BatchPutResponse resp;
+  ASSERT_TRUE(stub_->BatchPut(context().get(), puts, &resp).ok());
+  std::size_t full = 0;
+  for (char r : resp.results()) full += r == v1::RESULT_FULL;
+  EXPECT_EQ(full, 10u);
+  EXPECT_EQ(put("one-more", "v").error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  bool found = false;
+  std::string value;
+  ASSERT_TRUE(get("k0", &found, &value).ok());
+  EXPECT_TRUE(found);
+  ASSERT_TRUE(stub_->Stats(context().get(), v1::StatsRequest{}, &stats).ok());
+  EXPECT_EQ(stats.tiers(0).items(), max_items);
+  EXPECT_EQ(stats.backend(), "cpu");
+}
+
+TEST_F(ServiceTest, StreamAnswersEveryRequestWithItsIdInOrder) {
+  start(small_server());
+  grpc::ClientContext ctx;
+  auto stream = stub_->Stream(&ctx);
+  // Ops on one key across pipelined requests: put, get, put-if-absent (exists), delete, get.
+  const std::vector<std::pair<v1::OpKind, std::string>> ops = {
+      {v1::OP_PUT, "a"}, {v1::OP_GET, ""}, {v1::OP_PUT_IF_ABSENT, "b"}, {v1::OP_DELETE, ""}, {v1::OP_GET, ""}};
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    v1::StreamRequest req;
+    req.set_id(100 + i);
+    req.mutable_ops()->push_back(static_cast<char>(ops[i].first));
+    add_key(*req.mutable_keys(), req.mutable_key_lengths(), "same");
+    if (ops[i].first == v1::OP_PUT || ops[i].first == v1::OP_PUT_IF_ABSENT) {
+      req.set_values(ops[i].second);
+      req.add_value_lengths(static_cast<std::uint32_t>(ops[i].second.size()));
+    }
+    ASSERT_TRUE(stream->Write(req));
+  }
+  stream->WritesDone();
+  std::vector<v1::StreamResponse> responses;
+  v1::StreamResponse resp;
+  while (stream->Read(&resp)) responses.push_back(resp);
+  ASSERT_TRUE(stream->Finish().ok());
+  ASSERT_EQ(responses.size(), ops.size());
+  for (std::size_t i = 0; i < responses.size(); ++i) EXPECT_EQ(responses[i].id(), 100 + i);
+  EXPECT_EQ(responses[1].values(), "a");
+  EXPECT_EQ(responses[2].results()[0], v1::RESULT_EXISTS);
+  EXPECT_EQ(responses[3].results()[0], v1::RESULT_OK);
+  EXPECT_EQ(responses[4].results()[0], v1::RESULT_NOT_FOUND);
+}
+
+TEST_F(ServiceTest, ACallWhoseDeadlinePassesWhileQueuedIsNotApplied) {
+  ServerOptions o = small_server();
+  o.batcher.max_delay = 500ms;  // a lone op waits half a second for its batch
+  start(o);
+  auto ctx = context(20ms);
+  v1::PutRequest req;
+  req.set_key("late");
+  req.set_value("v");
+  v1::PutResponse resp;
+  EXPECT_EQ(stub_->Put(ctx.get(), req, &resp).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  std::this_thread::sleep_for(700ms);  // past the batch that would have held it
+  bool found = true;
+  std::string value;
+  ASSERT_TRUE(get("late", &found, &value).ok());
+  EXPECT_FALSE(found);
+}
+
+TEST_F(ServiceTest, AFullQueueIsResourceExhausted) {
+  ServerOptions o = small_server();
+  o.batcher.max_queued_ops = 4;
+  start(o);
+  v1::BatchGetRequest big;
+  for (int i = 0; i < 5; ++i) add_key(*big.mutable_keys(), big.mutable_key_lengths(), "k" + std::to_string(i));
+  v1::BatchGetResponse resp;
+  EXPECT_EQ(stub_->BatchGet(context().get(), big, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+TEST_F(ServiceTest, DrainFinishesQueuedCallsThenRefusesNewOnes) {
+  ServerOptions o = small_server();
+  o.batcher.max_delay = 300ms;
+  start(o);
+  // A call queued behind the delay when the drain starts still completes.
+  grpc::Status queued_status;
+  std::thread caller([&] { queued_status = put("queued", "v"); });
+  std::this_thread::sleep_for(50ms);
+  server_->shutdown(5000ms);
+  caller.join();
+  EXPECT_TRUE(queued_status.ok()) << queued_status.error_message();
+  EXPECT_EQ(put("after", "v").error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+// A plain HTTP GET of /metrics from the Prometheus endpoint.
+std::string scrape(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return {};
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  (void)!write(fd, request.data(), request.size());
+  std::string body;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) body.append(buf, static_cast<std::size_t>(n));
+  close(fd);
+  return body;
+}
+
+TEST_F(ServiceTest, MetricsCountOperationsAndRequests) {
+  start(small_server());
+  ASSERT_TRUE(put("m", "v").ok());
+  bool found = false;
+  std::string value;
+  ASSERT_TRUE(get("m", &found, &value).ok());
+  const std::string metrics = scrape(server_->metrics_port());
+  EXPECT_NE(metrics.find("gpukv_operations_total{kind=\"PUT\",result=\"OK\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("gpukv_requests_total{code=\"OK\",method=\"Get\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("gpukv_batch_execution_seconds_count"), std::string::npos);
+  EXPECT_NE(metrics.find("gpukv_items{tier=\"device\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpukv::server
