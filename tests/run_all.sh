@@ -2,7 +2,8 @@
 # The one test command (README.md; .ci/run runs exactly this): installs what is missing, builds, and runs
 # every test. Two builds:
 #   build/       Release, with the CUDA backend when nvcc is present; all tests. GPU tests run when a GPU is
-#                present and are reported as skipped, with the reason, when not.
+#                present and are reported as skipped, with the reason, when not. Then the end-to-end tests:
+#                the server binary driven by a Python grpcio client (tests/e2e, packages from PyPI).
 #   build-tsan/  the CPU backend and the batcher under ThreadSanitizer: the concurrency stress, the batcher's
 #                tests and shortened model tests.
 set -euo pipefail
@@ -16,6 +17,12 @@ cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j"$jobs"
 echo "== tests: Release"
 ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
+
+echo "== tests: end to end (the server binary on 127.0.0.1, a Python grpcio client)"
+venv="$root/build/e2e-venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q -r "$root/tests/e2e/requirements.txt"
+GPUKV_SERVER="$root/build/server/gpukv-server" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/e2e"
 
 echo "== build: ThreadSanitizer (CPU backend)"
 cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=thread \
