@@ -22,7 +22,7 @@ echo "== tests: end to end (the server binary on 127.0.0.1, a Python grpcio clie
 venv="$root/build/e2e-venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q -r "$root/tests/e2e/requirements.txt"
-GPUKV_SERVER="$root/build/server/gpukv-server" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/e2e"
+GPUKV_SERVER="$root/build/server/gpukv-server" GPUKV_CLI="$root/build/client/gpukv" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/e2e"
 
 echo "== build: ThreadSanitizer (CPU backend)"
 cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=thread \

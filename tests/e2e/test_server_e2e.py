@@ -22,6 +22,7 @@ from grpc_tools import protoc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVER = os.environ.get("GPUKV_SERVER", os.path.join(ROOT, "build", "server", "gpukv-server"))
+CLI = os.environ.get("GPUKV_CLI", os.path.join(ROOT, "build", "client", "gpukv"))
 
 
 def _generate_stubs():
@@ -179,3 +180,25 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     assert code == 0
     assert outcomes["ok"] > 0
     assert outcomes["other"] == [], f"calls failed with {outcomes['other']}"
+
+
+def test_cli_against_the_server(server):
+    def cli(*args, stdin=None):
+        return subprocess.run([CLI, f"--target=127.0.0.1:{server.port}", *args], input=stdin, capture_output=True,
+                              text=True, timeout=30)
+
+    assert cli("health").stdout == "SERVING\n"
+    assert cli("put", "k", "v").stdout == "OK\n"
+    assert cli("put", "--if_absent", "k", "w").stdout == "EXISTS\n"
+    got = cli("get", "k")
+    assert got.returncode == 0 and got.stdout == "v\n"
+    assert cli("get", "absent").returncode == 1
+    assert cli("batch-put", "-", stdin="a\t1\nb\t2\n").stdout == "a\tOK\nb\tOK\n"
+    batch = cli("batch-get", "-", stdin="a\nb\nzz\n")
+    assert batch.returncode == 1  # one key was not found
+    assert batch.stdout == "a\tOK\t1\nb\tOK\t2\nzz\tNOT_FOUND\t\n"
+    assert cli("batch-delete", "-", stdin="a\nzz\n").stdout == "a\tOK\nzz\tNOT_FOUND\n"
+    assert cli("delete", "k").stdout == "OK\n"
+    bad = cli("put", "", "v")
+    assert bad.returncode == 3 and "INVALID_ARGUMENT" in bad.stderr
+    assert 'backend: "cpu"' in cli("stats").stdout

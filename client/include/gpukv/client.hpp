@@ -1,0 +1,68 @@
+// gpukv::Client: a C++ client for the gpukv.v1 service. Every call carries a deadline; a call answered
+// UNAVAILABLE (the server is starting or draining, or not reachable) is retried with exponential backoff,
+// and no other failure is retried. Batch calls send packed columns.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gpukv/v1/kv.grpc.pb.h"
+
+namespace gpukv::client {
+
+struct ClientOptions {
+  std::string target = "127.0.0.1:50051";
+  std::chrono::milliseconds timeout{5000};  // per attempt
+  int max_attempts = 4;                     // 1 + retries on UNAVAILABLE
+  std::chrono::milliseconds first_backoff{50};
+  std::string tls_ca;                       // PEM of the CA to trust; plaintext when empty
+};
+
+// The result of one key in a batch, and its value for a GET that found it.
+struct KeyResult {
+  v1::Result result;
+  std::string value;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+
+  // value is empty when the key is absent (a miss is not an error).
+  grpc::Status get(std::string_view key, std::optional<std::string>* value);
+  grpc::Status put(std::string_view key, std::string_view value, bool if_absent = false, v1::Result* result = nullptr);
+  grpc::Status del(std::string_view key, bool* deleted = nullptr);
+
+  grpc::Status batch_get(const std::vector<std::string>& keys, std::vector<KeyResult>* results);
+  grpc::Status batch_put(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent,
+                         std::vector<v1::Result>* results);
+  grpc::Status batch_delete(const std::vector<std::string>& keys, std::vector<v1::Result>* results);
+
+  grpc::Status stats(v1::StatsResponse* stats);
+  // grpc.health.v1 Check of the gpukv service: serving is true when the server answers SERVING.
+  grpc::Status health(bool* serving);
+
+  v1::KeyValue::Stub& stub() { return *stub_; }
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  // Runs `call(context)` with a fresh deadline per attempt, retrying UNAVAILABLE with backoff.
+  template <class Call>
+  grpc::Status with_retries(Call&& call);
+
+  ClientOptions options_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::KeyValue::Stub> stub_;
+};
+
+// Packs keys into one bytes field and a length column, as the batch calls carry them.
+void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::protobuf::RepeatedField<std::uint32_t>* lengths);
+
+}  // namespace gpukv::client

@@ -1,0 +1,171 @@
+#include "gpukv/client.hpp"
+
+#include <grpcpp/generic/generic_stub.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace gpukv::client {
+namespace {
+
+std::shared_ptr<grpc::ChannelCredentials> credentials(const ClientOptions& o) {
+  if (o.tls_ca.empty()) return grpc::InsecureChannelCredentials();
+  std::ifstream in(o.tls_ca);
+  if (!in) throw std::runtime_error("cannot read " + o.tls_ca);
+  std::ostringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = pem.str();
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
+void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::protobuf::RepeatedField<std::uint32_t>* lengths) {
+  lengths->Reserve(static_cast<int>(keys.size()));
+  for (const std::string& k : keys) {
+    blob->append(k);
+    lengths->Add(static_cast<std::uint32_t>(k.size()));
+  }
+}
+
+Client::Client(ClientOptions options)
+    : options_(std::move(options)),
+      channel_(grpc::CreateChannel(options_.target, credentials(options_))),
+      stub_(v1::KeyValue::NewStub(channel_)) {}
+
+template <class Call>
+grpc::Status Client::with_retries(Call&& call) {
+  auto backoff = options_.first_backoff;
+  for (int attempt = 1;; ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + options_.timeout);
+    grpc::Status status = call(context);
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || attempt >= options_.max_attempts) return status;
+    std::this_thread::sleep_for(backoff);
+    backoff *= 2;
+  }
+}
+
+grpc::Status Client::get(std::string_view key, std::optional<std::string>* value) {
+  v1::GetRequest req;
+  req.set_key(std::string(key));
+  v1::GetResponse resp;
+  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->Get(&c, req, &resp); });
+  if (s.ok()) *value = resp.found() ? std::optional<std::string>(resp.value()) : std::nullopt;
+  return s;
+}
+
+grpc::Status Client::put(std::string_view key, std::string_view value, bool if_absent, v1::Result* result) {
+  v1::PutRequest req;
+  req.set_key(std::string(key));
+  req.set_value(std::string(value));
+  req.set_if_absent(if_absent);
+  v1::PutResponse resp;
+  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->Put(&c, req, &resp); });
+  if (s.ok() && result != nullptr) *result = resp.result();
+  return s;
+}
+
+grpc::Status Client::del(std::string_view key, bool* deleted) {
+  v1::DeleteRequest req;
+  req.set_key(std::string(key));
+  v1::DeleteResponse resp;
+  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->Delete(&c, req, &resp); });
+  if (s.ok() && deleted != nullptr) *deleted = resp.deleted();
+  return s;
+}
+
+grpc::Status Client::batch_get(const std::vector<std::string>& keys, std::vector<KeyResult>* results) {
+  v1::BatchGetRequest req;
+  pack_keys(keys, req.mutable_keys(), req.mutable_key_lengths());
+  v1::BatchGetResponse resp;
+  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchGet(&c, req, &resp); });
+  if (!s.ok()) return s;
+  results->clear();
+  std::size_t offset = 0;
+  for (int i = 0; i < resp.value_lengths_size(); ++i) {
+    const std::uint32_t len = resp.value_lengths(i);
+    results->push_back(KeyResult{static_cast<v1::Result>(resp.results()[i]), resp.values().substr(offset, len)});
+    offset += len;
+  }
+  return s;
+}
+
+grpc::Status Client::batch_put(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent,
+                               std::vector<v1::Result>* results) {
+  v1::BatchPutRequest req;
+  req.set_if_absent(if_absent);
+  for (const auto& [k, v] : entries) {
+    req.mutable_keys()->append(k);
+    req.add_key_lengths(static_cast<std::uint32_t>(k.size()));
+    req.mutable_values()->append(v);
+    req.add_value_lengths(static_cast<std::uint32_t>(v.size()));
+  }
+  v1::BatchPutResponse resp;
+  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchPut(&c, req, &resp); });
+  if (!s.ok()) return s;
+  results->clear();
+  for (char r : resp.results()) results->push_back(static_cast<v1::Result>(r));
+  return s;
+}
+
+grpc::Status Client::batch_delete(const std::vector<std::string>& keys, std::vector<v1::Result>* results) {
+  v1::BatchDeleteRequest req;
+  pack_keys(keys, req.mutable_keys(), req.mutable_key_lengths());
+  v1::BatchDeleteResponse resp;
+  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchDelete(&c, req, &resp); });
+  if (!s.ok()) return s;
+  results->clear();
+  for (char r : resp.results()) results->push_back(static_cast<v1::Result>(r));
+  return s;
+}
+
+grpc::Status Client::stats(v1::StatsResponse* stats) {
+  return with_retries([&](grpc::ClientContext& c) { return stub_->Stats(&c, v1::StatsRequest{}, stats); });
+}
+
+grpc::Status Client::health(bool* serving) {
+  // grpc.health.v1.Health/Check through the generic stub, the messages encoded by hand: the request is
+  // {service: "gpukv.v1.KeyValue"} (field 1, a string), the reply {status: enum} (field 1, a varint;
+  // SERVING = 1). This spares the client a copy of health.proto.
+  const std::string service = "gpukv.v1.KeyValue";
+  std::string request;
+  request.push_back(0x0A);
+  request.push_back(static_cast<char>(service.size()));
+  request += service;
+  grpc::GenericStub generic(channel_);
+  grpc::Status status;
+  std::string reply;
+  status = with_retries([&](grpc::ClientContext& c) {
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1), out;
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    grpc::Status result;
+    generic.UnaryCall(&c, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &in, &out, [&](grpc::Status s) {
+      std::lock_guard lock(m);
+      result = s;
+      done = true;
+      cv.notify_one();
+    });
+    std::unique_lock lock(m);
+    cv.wait(lock, [&] { return done; });
+    if (result.ok()) {
+      std::vector<grpc::Slice> slices;
+      (void)out.Dump(&slices);
+      reply.clear();
+      for (const auto& s : slices) reply.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return result;
+  });
+  if (status.ok()) *serving = reply.size() >= 2 && reply[0] == 0x08 && reply[1] == 0x01;
+  return status;
+}
+
+}  // namespace gpukv::client
