@@ -139,12 +139,6 @@ grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackSer
 namespace {
 
 // A single-key call's key must be 1..key_width bytes; a batch reports a bad key in its own result.
-grpc::ServerUnaryReactor* reject(grpc::CallbackServerContext* ctx, std::string message) {
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message)));
-  return reactor;
-}
-
 std::string bad_key(const std::string& key, std::uint32_t width) {
   if (key.empty() || key.size() > width) {
     return "key must be 1.." + std::to_string(width) + " bytes, got " + std::to_string(key.size());
@@ -154,10 +148,16 @@ std::string bad_key(const std::string& key, std::uint32_t width) {
 
 }  // namespace
 
+grpc::ServerUnaryReactor* KvService::reject(const char* method, grpc::CallbackServerContext* ctx, std::string message) {
+  if (on_request_) on_request_(method, grpc::StatusCode::INVALID_ARGUMENT);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message)));
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) {
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
-    if (on_request_) on_request_("Get", grpc::StatusCode::INVALID_ARGUMENT);
-    return reject(ctx, e);
+    return reject("Get", ctx, e);
   }
   auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
   CallOps ops{1, {}, OpKind::kGet, req->key(), len.get(), {}, nullptr};
@@ -174,8 +174,7 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
     e = "value must be at most " + std::to_string(value_width_) + " bytes, got " + std::to_string(req->value().size());
   }
   if (!e.empty()) {
-    if (on_request_) on_request_("Put", grpc::StatusCode::INVALID_ARGUMENT);
-    return reject(ctx, e);
+    return reject("Put", ctx, e);
   }
   auto lens = std::make_shared<std::array<std::uint32_t, 2>>(
       std::array<std::uint32_t, 2>{static_cast<std::uint32_t>(req->key().size()), static_cast<std::uint32_t>(req->value().size())});
@@ -191,8 +190,7 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
 grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
                                             v1::DeleteResponse* resp) {
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
-    if (on_request_) on_request_("Delete", grpc::StatusCode::INVALID_ARGUMENT);
-    return reject(ctx, e);
+    return reject("Delete", ctx, e);
   }
   auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
   CallOps ops{1, {}, OpKind::kDelete, req->key(), len.get(), {}, nullptr};
@@ -206,8 +204,7 @@ grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, 
                                               v1::BatchGetResponse* resp) {
   const CallOps ops = packed(req->key_lengths_size(), OpKind::kGet, req->keys(), req->key_lengths());
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
-    if (on_request_) on_request_("BatchGet", grpc::StatusCode::INVALID_ARGUMENT);
-    return reject(ctx, "malformed request: " + e);
+    return reject("BatchGet", ctx, "malformed request: " + e);
   }
   return unary("BatchGet", ctx, ops, [resp](const CallResults& r) {
     resp->set_results(r.results);
@@ -222,8 +219,7 @@ grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, 
   const CallOps ops = packed(req->key_lengths_size(), req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->keys(),
                              req->key_lengths(), req->values(), &req->value_lengths());
   if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
-    if (on_request_) on_request_("BatchPut", grpc::StatusCode::INVALID_ARGUMENT);
-    return reject(ctx, "malformed request: " + e);
+    return reject("BatchPut", ctx, "malformed request: " + e);
   }
   return unary("BatchPut", ctx, ops, [resp](const CallResults& r) {
     resp->set_results(r.results);
@@ -235,8 +231,7 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
                                                  v1::BatchDeleteResponse* resp) {
   const CallOps ops = packed(req->key_lengths_size(), OpKind::kDelete, req->keys(), req->key_lengths());
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
-    if (on_request_) on_request_("BatchDelete", grpc::StatusCode::INVALID_ARGUMENT);
-    return reject(ctx, "malformed request: " + e);
+    return reject("BatchDelete", ctx, "malformed request: " + e);
   }
   return unary("BatchDelete", ctx, ops, [resp](const CallResults& r) {
     resp->set_results(r.results);

@@ -48,6 +48,8 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   std::uint32_t value_width() const { return value_width_; }
 
  private:
+  // Finishes a call with INVALID_ARGUMENT (and counts it).
+  grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
   template <class Respond>
   grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, Respond respond);
 
