@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The service beside Redis on this machine, same workload shapes, one run: unpipelined single keys, batches
+# of 100 and 1000 keys (Redis MGET/MSET of 100), pipelined / streamed groups of 64. Both servers and their
+# load tools share the machine's cores. Writes the raw output to bench/results/<date>-service-<host>.log and
+# prints the RESULT lines. Needs: build/ (server, gpukv-load), redis-server and redis-benchmark.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=$root/bench/results/$(date -u +%Y-%m-%d)-service-$(hostname -s).log
+secs=${SECONDS_PER_RUN:-8}
+: > "$out"
+{ echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git -C "$root" rev-parse --short HEAD)"; } >> "$out"
+
+redis-server --port 6399 --save "" --appendonly no --daemonize yes >/dev/null
+sleep 1
+rb() { redis-benchmark -p 6399 -r 1000000 --csv "$@" 2>/dev/null | tail -1; }
+keys=$(for _ in $(seq 1 100); do printf 'key:__rand_int__ '; done)
+kvs=$(for _ in $(seq 1 100); do printf 'key:__rand_int__ v '; done)
+{
+  echo "redis SET c50 $(rb -t set -n 300000 -c 50)"
+  echo "redis GET c50 $(rb -t get -n 300000 -c 50)"
+  echo "redis GET c50 P64 $(rb -t get -n 3000000 -c 50 -P 64)"
+  echo "redis MGET100 c50 $(rb -n 40000 -c 50 MGET $keys)"
+  echo "redis MSET100 c50 $(rb -n 20000 -c 50 MSET $kvs)"
+} >> "$out"
+redis-cli -p 6399 shutdown nosave >/dev/null 2>&1 || true
+
+"$root/build/server/gpukv-server" --listen=127.0.0.1:50088 --metrics_listen=127.0.0.1:0 --capacity=4000000 \
+  --key_width=16 --value_width=8 --log_level=warn >/dev/null 2>&1 &
+server=$!
+sleep 2
+load() { "$root/build/client/gpukv-load" --target=127.0.0.1:50088 --seconds="$secs" --keys=1000000 "$@" 2>/dev/null; }
+{
+  load --mode=unary --callers=64 --get=1 --put=0
+  load --mode=unary --callers=64 --get=0 --put=1
+  load --mode=batch --batch=100 --callers=64 --get=1 --put=0
+  load --mode=batch --batch=100 --callers=64 --get=0 --put=1
+  load --mode=batch --batch=1000 --callers=16 --get=1 --put=0
+  load --mode=stream --batch=64 --callers=8 --depth=8 --get=1 --put=0
+} >> "$out"
+kill -TERM $server
+wait $server || true
+grep -E "^redis|RESULT" "$out"
