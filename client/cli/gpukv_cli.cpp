@@ -29,19 +29,6 @@ ABSL_FLAG(std::uint32_t, timeout_ms, 5000, "deadline of each call attempt, milli
 ABSL_FLAG(bool, if_absent, false, "put / batch-put: store only keys that are absent");
 ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to trust; plaintext when empty");
 
-namespace gpukv {
-// Status code names for messages.
-const char* server_status_name(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    default: return "ERROR";
-  }
-}
-}  // namespace gpukv
 
 namespace {
 
@@ -50,7 +37,7 @@ namespace v1 = gpukv::v1;
 const char* result_name(v1::Result r) { return v1::Result_Name(r).c_str() + 7; }  // drop "RESULT_"
 
 int failed(const grpc::Status& s) {
-  std::fprintf(stderr, "gpukv: %s: %s\n", gpukv::server_status_name(s.error_code()), s.error_message().c_str());
+  std::fprintf(stderr, "gpukv: %s: %s\n", gpukv::client::status_code_name(s.error_code()), s.error_message().c_str());
   return 3;
 }
 

@@ -23,7 +23,25 @@ std::shared_ptr<grpc::ChannelCredentials> credentials(const ClientOptions& o) {
   return grpc::SslCredentials(ssl);
 }
 
+// One Result byte per key, as the batch calls return them.
+void unpack_results(const std::string& packed, std::vector<v1::Result>* results) {
+  results->clear();
+  for (char r : packed) results->push_back(static_cast<v1::Result>(r));
+}
+
 }  // namespace
+
+const char* status_code_name(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK: return "OK";
+    case grpc::StatusCode::CANCELLED: return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    default: return "ERROR";
+  }
+}
 
 void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::protobuf::RepeatedField<std::uint32_t>* lengths) {
   lengths->Reserve(static_cast<int>(keys.size()));
@@ -108,9 +126,7 @@ grpc::Status Client::batch_put(const std::vector<std::pair<std::string, std::str
   }
   v1::BatchPutResponse resp;
   grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchPut(&c, req, &resp); });
-  if (!s.ok()) return s;
-  results->clear();
-  for (char r : resp.results()) results->push_back(static_cast<v1::Result>(r));
+  if (s.ok()) unpack_results(resp.results(), results);
   return s;
 }
 
@@ -119,9 +135,7 @@ grpc::Status Client::batch_delete(const std::vector<std::string>& keys, std::vec
   pack_keys(keys, req.mutable_keys(), req.mutable_key_lengths());
   v1::BatchDeleteResponse resp;
   grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchDelete(&c, req, &resp); });
-  if (!s.ok()) return s;
-  results->clear();
-  for (char r : resp.results()) results->push_back(static_cast<v1::Result>(r));
+  if (s.ok()) unpack_results(resp.results(), results);
   return s;
 }
 

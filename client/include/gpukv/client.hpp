@@ -62,6 +62,9 @@ class Client {
   std::unique_ptr<v1::KeyValue::Stub> stub_;
 };
 
+// The name of a gRPC status code, for messages.
+const char* status_code_name(grpc::StatusCode code);
+
 // Packs keys into one bytes field and a length column, as the batch calls carry them.
 void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::protobuf::RepeatedField<std::uint32_t>* lengths);
 
