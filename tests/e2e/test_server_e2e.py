@@ -140,7 +140,9 @@ def test_metrics_endpoint(server):
 
 
 def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
-    s = Server("--capacity=200000", "--key_width=16", "--value_width=16", "--shutdown_grace_ms=5000")
+    # Room for everything the writers can send in the run (about 1.5 M keys/s on 2 cores), so every
+    # acknowledged write must be OK.
+    s = Server("--capacity=8000000", "--key_width=16", "--value_width=16", "--shutdown_grace_ms=5000")
     outcomes = {"ok": 0, "refused": 0, "other": []}
     lock = threading.Lock()
     stop = threading.Event()
@@ -155,7 +157,8 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
                                                                value_lengths=[1] * 50), timeout=20)
                 with lock:
                     outcomes["ok"] += 1
-                assert reply.results == bytes([kv_pb2.RESULT_OK]) * 50
+                    if reply.results != bytes([kv_pb2.RESULT_OK]) * 50:  # checked in the main thread below
+                        outcomes["other"].append("acknowledged batch with a failed key")
             except grpc.RpcError as e:
                 # Refused while draining: UNAVAILABLE from the service, or CANCELLED from gRPC itself for a call
                 # that arrived once its shutdown had begun. Either way nothing of the call was applied.
