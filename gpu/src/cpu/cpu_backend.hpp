@@ -59,18 +59,17 @@ class CpuExecutor {
   void sort(std::uint64_t* keys, std::uint64_t n) { std::sort(keys, keys + n); }
   Counters read_counters() const { return *counters_; }
   void write_counters(const Counters& c) { *counters_ = c; }
-  HostBuffer allocate(std::uint64_t bytes) { return HostBuffer(bytes, /*nothrow=*/true); }
+  // Both tiers are host memory here.
+  HostBuffer allocate(std::uint64_t bytes, bool /*host_tier*/) { return HostBuffer(bytes, /*nothrow=*/true); }
 
  private:
   void add(const Tally& t) {
-    add(t.items, counters_->items);
-    add(t.tombstones, counters_->tombstones);
-    add(t.pending, counters_->pending);
-    add(t.writes, counters_->writes);
-  }
-  static void add(long long delta, unsigned long long& counter) {
-    // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
-    if (delta != 0) atomic_ref<unsigned long long>(counter).fetch_add(static_cast<unsigned long long>(delta), memory_order_relaxed);
+    add_tally(t, counters_, [](long long delta, unsigned long long* counter) {
+      // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
+      if (delta != 0) {
+        atomic_ref<unsigned long long>(*counter).fetch_add(static_cast<unsigned long long>(delta), memory_order_relaxed);
+      }
+    });
   }
 
   ThreadPool& pool_;
@@ -84,11 +83,14 @@ class CpuBackend final : public Backend {
       : config_(config),
         geometry_(g),
         pool_(config.cpu_threads),
-        board_(g.board_words * sizeof(std::uint64_t)),
-        slots_(g.capacity * g.slot_stride),
+        board_(g.device.board_words * sizeof(std::uint64_t)),
+        slots_(g.device.capacity * g.slot_stride),
+        host_board_(g.host.board_words * sizeof(std::uint64_t)),
+        host_slots_(g.host.capacity * g.slot_stride),
         exec_(pool_, &counters_),
-        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, &counters_, g.max_items,
-                g.cleanup_tombstones, config.lanes, config.clstash_load) {}
+        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data()),
+                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data()), exec_, &counters_,
+                limits_of(g.device), limits_of(g.host), config.lanes, config.clstash_load) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
@@ -106,6 +108,9 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   HostBuffer board_;
   HostBuffer slots_;
+  // The host tier: on this backend the same kind of memory as the "device" tier, with the same logic.
+  HostBuffer host_board_;
+  HostBuffer host_slots_;
   HostBuffer groups_;
   HostBuffer group_of_;
   HostBuffer conflicts_;

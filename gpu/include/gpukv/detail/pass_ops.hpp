@@ -104,7 +104,7 @@ struct ExecuteOp {
     Probe p;
     if (!begin(op, p)) return;
     const OpIn in = load_op(e.batch, op);
-    while (!e.step(p)) {
+    while (!e.step(p, tally)) {
     }
     finish(op, p, in, tally);
   }
@@ -179,13 +179,15 @@ template <class Ref>
 struct FinishPass {
   static constexpr const char* kName = "FinishPass";
   Ref table;
+  Ref host;
   const std::uint64_t* pending;
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t p = pending[op];
     if (p == kNothingPending) return;
-    const std::uint64_t slot = p >> 8;
-    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
+    const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
+    const std::uint64_t slot = (p & ~kPendingHostTier) >> 8;
+    board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
   }
 };
 
