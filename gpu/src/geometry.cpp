@@ -68,8 +68,11 @@ Geometry make_geometry(const TableConfig& c) {
   if (c.max_batch == 0 || c.max_batch > kMaxPassOps) {
     reject("max_batch must be 1.." + std::to_string(kMaxPassOps) + ", got " + std::to_string(c.max_batch));
   }
-  if (c.host_capacity > kMaxCapacity) {
-    reject("host_capacity must be 0.." + std::to_string(kMaxCapacity) + " slots, got " + std::to_string(c.host_capacity));
+  // Host slot indices must fit the 40 bits a host-queue entry gives them (batch_ref.hpp).
+  constexpr std::uint64_t kMaxHostCapacity = std::uint64_t{1} << 39;
+  if (c.host_capacity > kMaxHostCapacity) {
+    reject("host_capacity must be 0.." + std::to_string(kMaxHostCapacity) + " slots, got " +
+           std::to_string(c.host_capacity));
   }
   Geometry g;
   g.key_words = c.key_width / 8;

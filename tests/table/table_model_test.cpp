@@ -27,13 +27,17 @@ struct ModelCase {
   double max_load = 0.95;
   LaneMode lanes = LaneMode::kAuto;
   std::uint64_t host_capacity = 0;  // host-tier slots (0: none)
+  bool order_host = true;           // the ordered host phase (else host accesses happen in the walk)
+  std::uint32_t host_phase_threads = 0;
 };
 
 std::string case_name(const ModelCase& c) {
   return std::string(to_string(c.backend)) + "_k" + std::to_string(c.key_width) + "_v" + std::to_string(c.value_width) +
          "_t" + std::to_string(c.ticket_bits) + "_" + to_string(c.probing) + "_cap" + std::to_string(c.capacity) +
          "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100)) + "_" +
-         to_string(c.lanes) + (c.host_capacity != 0 ? "_host" + std::to_string(c.host_capacity) : "");
+         to_string(c.lanes) + (c.host_capacity != 0 ? "_host" + std::to_string(c.host_capacity) : "") +
+         (c.order_host ? "" : "_unordered") +
+         (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "");
 }
 std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
 // How gtest prints a case (its default dumps the struct's bytes, padding included).
@@ -61,6 +65,8 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   config.cpu_threads = c.cpu_threads;
   config.lanes = c.lanes;
   config.host_capacity = c.host_capacity;
+  config.order_host = c.order_host;
+  config.host_phase_threads = c.host_phase_threads;
   Table table(config);
   const std::uint64_t max_items = total_max_items(table.stats());
   Model model(max_items);
@@ -161,6 +167,12 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
   tiered({backend, 32, 8, 2, Probing::kGroup, 500, ops(150000), /*max_batch=*/97}, 1500);
   tiered({backend, 8, 13, 8, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0}, 600);
   tiered({backend, 8, 8, 8, Probing::kGroup, 20000, ops(1000000)}, 60000);
+  ModelCase in_the_walk{backend, 16, 16, 8, Probing::kGroup, 1000, ops(150000)};
+  in_the_walk.order_host = false;
+  tiered(in_the_walk, 3000);
+  ModelCase narrow{backend, 8, 8, 4, Probing::kGroup, 1000, ops(150000)};
+  narrow.host_phase_threads = 256;
+  tiered(narrow, 3000);
   if (backend == BackendKind::kGpu) {
     // Both lane schedules of the GPU's probing kernel, each on its own for the whole sequence.
     for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {

@@ -42,8 +42,9 @@ class CpuExecutor {
 
   CpuExecutor(ThreadPool& pool, Counters* counters) : pool_(pool), counters_(counters) {}
 
+  // `gpu_threads` narrows a GPU launch; host threads have no such window to narrow.
   template <class F>
-  void for_each(std::uint64_t n, const F& f) {
+  void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
     pool_.parallel_for(n, kGrain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;
       for (std::uint64_t i = begin; i < end; ++i) f(i, tally);
@@ -56,7 +57,7 @@ class CpuExecutor {
     for_each(n, f);
   }
   void zero(void* p, std::uint64_t bytes) { std::memset(p, 0, bytes); }
-  void sort(std::uint64_t* keys, std::uint64_t n) { std::sort(keys, keys + n); }
+  void sort(std::uint64_t* keys, std::uint64_t n, int /*bits*/) { std::sort(keys, keys + n); }
   Counters read_counters() const { return *counters_; }
   void write_counters(const Counters& c) { *counters_ = c; }
   // Both tiers are host memory here.
@@ -90,7 +91,8 @@ class CpuBackend final : public Backend {
         exec_(pool_, &counters_),
         runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data()),
                 make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data()), exec_, &counters_,
-                limits_of(g.device), limits_of(g.host), config.lanes, config.clstash_load) {}
+                limits_of(g.device), limits_of(g.host), HostPhase{config.order_host, config.host_phase_threads},
+                config.lanes, config.clstash_load) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
@@ -115,6 +117,7 @@ class CpuBackend final : public Backend {
   HostBuffer group_of_;
   HostBuffer conflicts_;
   HostBuffer pending_;
+  HostBuffer host_queue_;
   // Pass scratch, grown to the largest pass seen so far.
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {
@@ -123,10 +126,11 @@ class CpuBackend final : public Backend {
       group_of_ = HostBuffer(bytes.group_of);
       conflicts_ = HostBuffer(bytes.conflicts);
       pending_ = HostBuffer(bytes.pending);
+      host_queue_ = HostBuffer(bytes.host_queue);
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       pending_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
   }
 
   Counters counters_{};

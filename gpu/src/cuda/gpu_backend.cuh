@@ -106,10 +106,12 @@ class CudaExecutor {
   CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
       : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
 
+  // `max_threads` (0: no limit) caps the grid below what fits on the device.
   template <class F>
-  void for_each(std::uint64_t n, const F& f) {
+  void for_each(std::uint64_t n, const F& f, std::uint32_t max_threads = 0) {
     if (n == 0) return;
-    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    if (max_threads != 0) needed = std::min<std::uint64_t>(needed, (max_threads + kBlockThreads - 1) / kBlockThreads);
     const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
     clock_.begin(stream_, F::kName);
     for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
@@ -142,13 +144,13 @@ class CudaExecutor {
     clock_.end(stream_);
   }
 
-  // Deferred ops are (group entry << 32 | op) with entries below 2^25: sort only the bits in use.
-  void sort(std::uint64_t* keys, std::uint64_t n) {
-    const std::uint64_t top = std::bit_width(std::uint64_t{kMaxPassOps} * 2) + 32;
+  // Radix sort of the low `top` bits only: the callers' keys have nothing above them.
+  void sort(std::uint64_t* keys, std::uint64_t n, int top) {
     if (n > sort_capacity_) {
       std::size_t bytes = 0;
       cub::DoubleBuffer<std::uint64_t> none(nullptr, nullptr);
-      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, static_cast<int>(top)));
+      // Sized for all 64 bits, so that any caller's bit range fits the same scratch.
+      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, 64));
       GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
       sort_temp_ = GpuBuffer(bytes, "sort scratch");
       sort_alt_ = GpuBuffer(n * sizeof(std::uint64_t), "sort scratch");
@@ -258,7 +260,8 @@ class GpuBackend final : public Backend {
         exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
         runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data()),
                 make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data()), exec_,
-                counters_.as<Counters>(), limits_of(g.device), limits_of(g.host), config.lanes, config.clstash_load) {
+                counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
+                HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
     exec_.zero(board_.data(), board_.bytes());
     if (!host_board_.empty()) exec_.zero(host_board_.data(), host_board_.bytes());
@@ -337,10 +340,11 @@ class GpuBackend final : public Backend {
       group_of_ = GpuBuffer(bytes.group_of, "batch grouping");
       conflicts_ = GpuBuffer(bytes.conflicts, "deferred ops");
       pending_ = GpuBuffer(bytes.pending, "pass results");
+      host_queue_ = GpuBuffer(bytes.host_queue, "host-tier ops");
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       pending_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
   }
 
   GpuBuffer counters_;
@@ -351,6 +355,7 @@ class GpuBackend final : public Backend {
   GpuBuffer group_of_;
   GpuBuffer conflicts_;
   GpuBuffer pending_;
+  GpuBuffer host_queue_;
   DeviceColumns staging_;
 };
 

@@ -74,6 +74,7 @@ struct Counters {
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
   unsigned long long writes;      // this pass: PUT, PUT_IF_ABSENT and DELETE ops (counted by GroupOp)
+  unsigned long long host_queued;  // this pass: ops deferred to the ordered host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
 };
@@ -113,6 +114,10 @@ GPUKV_HD_INLINE std::uint64_t pending_code(bool in_host, std::uint64_t slot, std
   return (in_host ? kPendingHostTier : 0) | (slot << 8) | code;
 }
 
+// An entry of PassRef::host_queue is (host slot << kHostQueueOpBits | op): ops fit in 24 bits
+// (kMaxPassOps) and slots in 40, so sorting entries sorts ops by host address.
+inline constexpr int kHostQueueOpBits = 24;
+
 // Sentinel in group_of[] for an op rejected as malformed.
 inline constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
 
@@ -123,6 +128,7 @@ struct PassRef {
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
   std::uint64_t* pending;      // per op: what FinishPass does (kNothingPending or slot << 8 | code)
+  std::uint64_t* host_queue;   // ops deferred to the ordered host phase as (host slot << 24 | op)
   Counters* counters;
   std::uint64_t max_items;       // device tier
   std::uint64_t host_max_items;  // host tier (0 if there is none)

@@ -46,6 +46,8 @@ struct Location {
   bool hit = false;
   bool in_host = false;            // the walk went on into the host tier (and the hit, if any, is there)
   bool can_claim = false;          // an available device-tier ticket was seen on the probe sequence
+  bool host_read = false;          // stopped before reading host slot `slot` (Engine::stop_at_host)
+  std::uint32_t host_avoided = 0;  // host slot reads the info bits ruled out (added to the tally by apply())
 };
 
 // One key's walk along its probe sequence, resumable a unit at a time: Stash walks it to the end in one
@@ -94,6 +96,9 @@ struct Engine {
   Ref host;   // the host tier; host.units == 0 when the table has none
   BatchRef batch;
   PassRef pass;
+  // Stop a walk at its first host-tier candidate, before reading host memory, so that the op can be
+  // deferred to the ordered host phase (pass_ops.hpp).
+  bool stop_at_host = false;
 
   // A tier by value: the two are selected field by field, so kernels keep them in registers.
   GPUKV_HD_INLINE Ref tier(bool in_host) const { return in_host ? host : table; }
@@ -127,10 +132,17 @@ struct Engine {
     const std::uint64_t lanes = t.lanes_of(p.unit);
     const std::uint64_t tickets = p.probe == 0 ? p.tickets : t.board.load(word);
     const std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
-    if (in_host) {  // Stash Figure 4: every occupied ticket whose info differs is a host read not made
+    if (in_host) {
+      // Stash Figure 4: every occupied ticket whose info differs is a host read not made. Counted in the
+      // walk, added by apply(): a walk stopped for the ordered host phase is walked again there.
       const std::uint64_t occupied =
           ~(Codec::empty(tickets) | Codec::match(tickets, Codec::kBusy) | Codec::match(tickets, Codec::kTombstone)) & lanes;
-      tally.host_avoided += popcount(occupied & ~matches);
+      p.at.host_avoided += static_cast<std::uint32_t>(popcount(occupied & ~matches));
+      if (stop_at_host && matches != 0) {
+        p.at.host_read = true;
+        p.at.slot = Ref::slot_of(word, Codec::field_of(matches));
+        return true;
+      }
     }
     for (std::uint64_t m = matches; m != 0; m &= m - 1) {
       const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
@@ -186,6 +198,16 @@ struct Engine {
     }
   }
 
+  // True if a new key would now go to the host tier: the device tier is at its maximum load.
+  GPUKV_HD bool device_full() const {
+    return pass.checked &&
+           atomic_ref<unsigned long long>(pass.counters->items).load(memory_order_relaxed) >= pass.max_items;
+  }
+  // The host-tier slot where a new key's claim would begin.
+  GPUKV_HD std::uint64_t host_home(const KeyWords& key) const {
+    return Ref::slot_of(host.word_of(plan_probe(hash_key(key, table.key_words), host.units).first), 0);
+  }
+
   // Finds a slot for a new key: in the device tier while it has room, else in the host tier. Returns false
   // (and reserves nothing) if neither has room.
   GPUKV_HD bool place(const Probe& p, std::uint64_t& slot, bool& in_host, Tally& tally) const {
@@ -233,6 +255,7 @@ struct Engine {
   template <class Ops>
   GPUKV_HD void apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
+    tally.host_avoided += at.host_avoided;
 
     std::uint64_t slot = at.slot;
     bool slot_in_host = at.hit && at.in_host;

@@ -1,10 +1,11 @@
 // The host side of a pass and of a clean-up, written once for both backends. An Executor supplies the few
 // primitives that differ between a GPU and a pool of host threads:
 //
-//   for_each(n, f)          run f(i, tally) for i in [0, n), then add every thread's tally to the counters
+//   for_each(n, f, threads) run f(i, tally) for i in [0, n) (on at most `threads` GPU threads if not 0),
+//                           then add every thread's tally to the counters
 //   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
-//   sort(keys, n)           sort 64-bit keys ascending
+//   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
 //   read_counters()         wait for all submitted work, return the counters
 //   write_counters(c)       set the counters (ordered after submitted work)
 //   allocate(bytes, host)   scratch for clean-up (`host`: for the host tier, in host memory the kernels can
@@ -23,10 +24,11 @@ namespace gpukv::detail {
 
 // Scratch for one pass of up to n operations (sizes from scratch_bytes()).
 struct PassScratch {
-  std::uint32_t* groups;     // group_entries(n) entries
-  std::uint32_t* group_of;   // n
-  std::uint64_t* conflicts;  // n
-  std::uint64_t* pending;    // n
+  std::uint32_t* groups;      // group_entries(n) entries
+  std::uint32_t* group_of;    // n
+  std::uint64_t* conflicts;   // n
+  std::uint64_t* pending;     // n
+  std::uint64_t* host_queue;  // n
 };
 
 // Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
@@ -34,12 +36,15 @@ inline std::uint64_t group_entries(std::uint64_t n) { return std::bit_ceil(std::
 
 // Byte sizes of the PassScratch arrays for a pass of n ops, in declaration order.
 struct ScratchBytes {
-  std::uint64_t groups, group_of, conflicts, pending;
+  std::uint64_t groups, group_of, conflicts, pending, host_queue;
 };
 inline ScratchBytes scratch_bytes(std::uint64_t n) {
   return ScratchBytes{group_entries(n) * sizeof(std::uint32_t), n * sizeof(std::uint32_t), n * sizeof(std::uint64_t),
-                      n * sizeof(std::uint64_t)};
+                      n * sizeof(std::uint64_t), n * sizeof(std::uint64_t)};
 }
+
+// Deferred same-key ops are (group entry << 32 | op) with entries below 2^25 (group_entries(kMaxPassOps)).
+inline constexpr int kConflictSortBits = 32 + 25;
 
 // When the GPU's probing step uses collaborative lanes (clStash). Decided on the device from the counters
 // GroupOp leaves, so that no host round trip sits between the two steps. Measured on an H200
@@ -66,6 +71,12 @@ struct TierLimits {
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
 };
 
+// How the host tier's accesses run (TableConfig::order_host, host_phase_threads).
+struct HostPhase {
+  bool ordered = true;
+  std::uint32_t threads = 0;
+};
+
 struct PassStats {
   std::uint64_t passes = 0;
   std::uint64_t conflict_ops = 0;
@@ -78,7 +89,7 @@ class PassRunner {
  public:
   // `host` has units == 0 when the table has no host tier.
   PassRunner(Ref table, Ref host, Exec& exec, Counters* counters, TierLimits device_limits, TierLimits host_limits,
-             LaneMode lanes, double clstash_load)
+             HostPhase host_phase, LaneMode lanes, double clstash_load)
       : table_(table),
         host_(host),
         exec_(exec),
@@ -88,6 +99,8 @@ class PassRunner {
                                                   static_cast<double>(table.capacity))),
         max_items_(device_limits.max_items),
         host_max_items_(host_limits.max_items),
+        host_phase_(host_phase),
+        host_sort_bits_(std::bit_width(host.capacity) + kHostQueueOpBits),
         cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
 
   // Executes one pass, with scratch for at least batch.size ops. Returns when every result is written.
@@ -99,24 +112,35 @@ class PassRunner {
     known_.conflicts = 0;
     known_.pending = 0;
     known_.writes = 0;
+    known_.host_queued = 0;
     exec_.write_counters(known_);
     // If every op of the pass could insert a new key and still fit in the device tier, no op needs to
     // reserve room atomically. Only a host tier that holds keys needs walking.
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
-                       counters_,      max_items_,  host_max_items_,  known_.items + n > max_items_,
+                       scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
                        known_.host_items != 0};
     const Engine<Ref> engine{table_, host_, batch, pass};
+    Engine<Ref> first = engine;
+    first.stop_at_host = has_host() && host_phase_.ordered;
     exec_.for_each(n, GroupOp<Ref>{engine});
-    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
+    exec_.execute(n, ExecuteOp<Ref>{first}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
     const std::uint64_t deferred = known_.conflicts;
     if (deferred != 0) {
-      exec_.sort(scratch.conflicts, deferred);
+      exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
       exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
     }
+    const std::uint64_t host_ops = known_.host_queued;
+    if (host_ops != 0) {
+      exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref>{engine}, scratch.host_queue}, host_phase_.threads);
+    }
     // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
-    if (known_.pending != 0 || deferred != 0) exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending});
-    if (deferred != 0) known_ = exec_.read_counters();  // the ordered phase changed items and tombstones
+    if (known_.pending != 0 || deferred != 0 || host_ops != 0) {
+      exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending});
+    }
+    // The later phases changed items and tombstones.
+    if (deferred != 0 || host_ops != 0) known_ = exec_.read_counters();
     stats_.passes += 1;
     stats_.conflict_ops += deferred;
     maybe_cleanup(false);
@@ -184,6 +208,8 @@ class PassRunner {
   std::uint64_t clstash_items_;  // live keys from which kAuto switches to clStash
   std::uint64_t max_items_;
   std::uint64_t host_max_items_;
+  HostPhase host_phase_;
+  int host_sort_bits_;  // host-queue entries are below 2^host_sort_bits_
   TierCleanup cleanup_[2];  // device, host
   Counters known_{};  // the counters as of the end of the last pass
   PassStats stats_;
