@@ -19,6 +19,12 @@ struct CudaFreeHost {
 // host tier's slots: kernels read and write it over PCIe).
 enum class GpuMemory : std::uint8_t { kDevice, kMappedHost };
 
+// Frees a GpuBuffer's memory the way it was allocated.
+struct GpuRelease {
+  GpuMemory where = GpuMemory::kDevice;
+  void operator()(void* p) const { where == GpuMemory::kDevice ? cudaFree(p) : cudaFreeHost(p); }
+};
+
 // Memory that kernels can reach, owned.
 class GpuBuffer {
  public:
@@ -49,11 +55,6 @@ class GpuBuffer {
   }
 
  private:
-  struct Release {
-    GpuMemory where = GpuMemory::kDevice;
-    void operator()(void* p) const { where == GpuMemory::kDevice ? cudaFree(p) : cudaFreeHost(p); }
-  };
-
   cudaError_t allocate(std::uint64_t bytes, GpuMemory where) {
     void* p = nullptr;
     // Mapped pinned memory: with unified addressing its device pointer is its host pointer, so kernels use
@@ -73,11 +74,11 @@ class GpuBuffer {
       cudaGetLastError();  // an allocation failure is not sticky; clear it
       return err;
     }
-    ptr_ = std::unique_ptr<void, Release>(p, Release{where});
+    ptr_ = std::unique_ptr<void, GpuRelease>(p, GpuRelease{where});
     return cudaSuccess;
   }
 
-  std::unique_ptr<void, Release> ptr_;
+  std::unique_ptr<void, GpuRelease> ptr_;
   std::uint64_t bytes_ = 0;
 };
 
