@@ -63,12 +63,15 @@ std::unique_ptr<Backend> by_key_width(const Geometry& geometry, Make&& make) {
   }
 }
 
-// A tier's TableRef. A tier that does not exist (capacity 0) gets units == 0 and null pointers.
+// A tier's TableRef. A tier that does not exist (capacity 0) gets units == 0 and null pointers; `tags` is
+// null for the device tier.
 template <class Ref>
-Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* board, std::uint8_t* slots) {
+Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* board, std::uint8_t* slots,
+                   std::uint8_t* tags) {
   Ref ref;
   ref.board.words = board;
   ref.slots = slots;
+  ref.tags = tags;
   ref.units = tier.units;
   ref.capacity = tier.capacity;
   ref.value_stride = g.value_stride;
@@ -95,7 +98,7 @@ inline TableStats make_stats(const Geometry& g, const Counters& c, const PassSta
     s.tombstones = tombstones;
     s.capacity = t.capacity;
     s.max_items = t.max_items;
-    s.board_bytes = t.board_words * sizeof(std::uint64_t);
+    s.board_bytes = t.board_words * sizeof(std::uint64_t) + t.tag_bytes;
     s.slot_bytes = t.capacity * g.slot_stride;
     return s;
   };

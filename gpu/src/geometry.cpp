@@ -79,7 +79,10 @@ Geometry make_geometry(const TableConfig& c) {
   g.value_stride = value_stride(c.value_width);
   g.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + g.value_stride);
   g.device = tier_geometry(c, c.capacity);
-  if (c.host_capacity != 0) g.host = tier_geometry(c, c.host_capacity);
+  if (c.host_capacity != 0) {
+    g.host = tier_geometry(c, c.host_capacity);
+    g.host.tag_bytes = g.host.capacity;
+  }
   return g;
 }
 

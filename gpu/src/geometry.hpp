@@ -12,6 +12,7 @@ struct TierGeometry {
   std::uint64_t units = 0;          // probe units, a prime
   std::uint64_t capacity = 0;       // slots
   std::uint64_t board_words = 0;    // 64-bit ticket words
+  std::uint64_t tag_bytes = 0;      // host tier: a tag byte per slot beside the board (table_ref.hpp)
   std::uint64_t max_items = 0;      // live keys allowed
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
 };

@@ -122,9 +122,9 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
     // The sequence filled the device tier, spilled, and exercised the host tier's every path.
     EXPECT_GT(stats.host_writes, 0u) << "no key ever reached the host tier";
     EXPECT_GT(stats.host_reads, 0u);
-    // A 2-bit ticket has a single FULL code, so its info bits rule nothing out; wider tickets must.
-    if (c.ticket_bits > 2) EXPECT_GT(stats.host_avoided, 0u);
-    if (c.ticket_bits == 2) EXPECT_EQ(stats.host_avoided, 0u);
+    // Every ticket size rules reads out: a 2-bit ticket has a single FULL code, but the tag byte still
+    // tells keys apart.
+    EXPECT_GT(stats.host_avoided, 0u);
   }
 }
 

@@ -50,6 +50,16 @@ std::vector<Op> gets(std::uint64_t begin, std::uint64_t end) {
   return ops;
 }
 
+// Keys [0, device_max) fill the device tier; keys [device_max, device_max + host_keys) go to the host tier.
+// Two batches: within one batch, which new keys get the device tier's last room is a race between
+// concurrent ops (on a GPU, not batch order), so a single batch would not say which key lives where.
+void fill_tiers(Table& table, Model& model, std::uint64_t device_max, std::uint64_t host_keys) {
+  model.run(table, puts(0, device_max));
+  model.run(table, puts(device_max, device_max + host_keys));
+  ASSERT_EQ(table.stats().items, device_max);
+  ASSERT_EQ(table.stats().host.items, host_keys);
+}
+
 TEST_P(TableTierTest, NewKeysFillTheDeviceTierFirstThenSpill) {
   Table table(config());
   const TableStats empty = table.stats();
@@ -84,7 +94,7 @@ TEST_P(TableTierTest, AKeyStaysInItsTier) {
   Table table(config());
   const std::uint64_t device_max = table.stats().max_items;
   Model model(total_max_items(table.stats()));
-  model.run(table, puts(0, device_max + 200));
+  fill_tiers(table, model, device_max, 200);
   const std::uint64_t host_key = device_max + 7, device_key = 3;
 
   const TableStats before = table.stats();
@@ -162,7 +172,7 @@ TEST_P(TableTierTest, HostTrafficOnlyWhereNeeded) {
   const std::uint64_t device_max = table.stats().max_items;
   const std::uint64_t host_keys = 15000;
   Model model(total_max_items(table.stats()));
-  model.run(table, puts(0, device_max + host_keys));
+  fill_tiers(table, model, device_max, host_keys);
 
   // Lookups of absent keys: the host tier's tickets reject almost all of them without a host read.
   TableStats before = table.stats();
@@ -171,7 +181,8 @@ TEST_P(TableTierTest, HostTrafficOnlyWhereNeeded) {
   for (std::size_t i = 0; i < 10000; ++i) ASSERT_EQ(misses.status(i), OpStatus::kNotFound);
   TableStats after = table.stats();
   const std::uint64_t miss_reads = after.host_reads - before.host_reads;
-  EXPECT_LT(miss_reads, 10000u / 20) << "8-bit tickets let through about 1 foreign slot in 253";
+  // An 8-bit ticket and the tag byte let through about 1 foreign slot in 253 * 256; a miss passes ~10.
+  EXPECT_LT(miss_reads, 50u);
   EXPECT_GT(after.host_avoided - before.host_avoided, 10000u) << "the walks passed occupied host slots";
   EXPECT_EQ(after.host_writes, before.host_writes);
 
@@ -181,7 +192,7 @@ TEST_P(TableTierTest, HostTrafficOnlyWhereNeeded) {
   after = table.stats();
   const std::uint64_t hit_reads = after.host_reads - before.host_reads;
   EXPECT_GE(hit_reads, host_keys);
-  EXPECT_LT(hit_reads, host_keys + host_keys / 20);
+  EXPECT_LT(hit_reads, host_keys + host_keys / 200);
 
   // Lookups of device keys never reach the host tier.
   before = after;
@@ -206,7 +217,7 @@ TEST_P(TableTierTest, HostTierCleanupKeepsEveryKey) {
   Table table(c);
   const std::uint64_t device_max = table.stats().max_items;
   Model model(total_max_items(table.stats()));
-  model.run(table, puts(0, device_max + 2500));
+  fill_tiers(table, model, device_max, 2500);
   const std::uint64_t cleanups_before = table.stats().cleanups;
   // Churn in the host tier: delete and re-insert so that tombstones pile up there and get cleaned.
   for (int round = 0; round < 8; ++round) {

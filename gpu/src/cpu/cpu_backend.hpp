@@ -88,9 +88,11 @@ class CpuBackend final : public Backend {
         slots_(g.device.capacity * g.slot_stride),
         host_board_(g.host.board_words * sizeof(std::uint64_t)),
         host_slots_(g.host.capacity * g.slot_stride),
+        host_tags_(g.host.tag_bytes),
         exec_(pool_, &counters_),
-        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data()),
-                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data()), exec_, &counters_,
+        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data(), nullptr),
+                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
+                exec_, &counters_,
                 limits_of(g.device), limits_of(g.host), HostPhase{config.order_host, config.host_phase_threads},
                 config.lanes, config.clstash_load) {}
 
@@ -113,6 +115,7 @@ class CpuBackend final : public Backend {
   // The host tier: on this backend the same kind of memory as the "device" tier, with the same logic.
   HostBuffer host_board_;
   HostBuffer host_slots_;
+  HostBuffer host_tags_;
   HostBuffer groups_;
   HostBuffer group_of_;
   HostBuffer conflicts_;

@@ -256,10 +256,12 @@ class GpuBackend final : public Backend {
         slots_(g.device.capacity * g.slot_stride, "the slots"),
         host_board_(g.host.board_words * sizeof(std::uint64_t), "the host tier's ticket-board"),
         host_slots_(g.host.capacity * g.slot_stride, "the host tier's slots", GpuMemory::kMappedHost),
+        host_tags_(g.host.tag_bytes, "the host tier's tags"),
         counters_(sizeof(Counters), "counters"),
         exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
-        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data()),
-                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data()), exec_,
+        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data(), nullptr),
+                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
+                exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
@@ -331,6 +333,7 @@ class GpuBackend final : public Backend {
   GpuBuffer slots_;
   GpuBuffer host_board_;  // the host tier's tickets stay in GPU memory: rejecting a key there costs no PCIe
   GpuBuffer host_slots_;  // mapped pinned host memory
+  GpuBuffer host_tags_;   // beside the host tier's board, in GPU memory
   // Pass scratch, grown to the largest pass seen so far (growing waits for the stream first).
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {

@@ -119,6 +119,7 @@ GPUKV_UNROLL
     }
     auto* to = reinterpret_cast<std::uint64_t*>(table.slot(slot));
     for (std::uint32_t j = 0; j < table.slot_stride / 8; ++j) to[j] = from[j];
+    if (table.tags != nullptr) table.tags[slot] = Ref::tag_of(plan.info);
     // Nothing reads the table during clean-up; the kernel boundary makes the slot visible with its ticket.
     table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
                      Codec::info_code(plan.info));

@@ -131,13 +131,24 @@ struct Engine {
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
     const std::uint64_t tickets = p.probe == 0 ? p.tickets : t.board.load(word);
-    const std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
+    std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
     if (in_host) {
-      // Stash Figure 4: every occupied ticket whose info differs is a host read not made. Counted in the
-      // walk, added by apply(): a walk stopped for the ordered host phase is walked again there.
+      // Stash Figure 4: every occupied ticket whose info differs is a host read not made, and so is every
+      // match that the slot's tag byte rules out. Counted in the walk, added by apply(): a walk stopped for
+      // the ordered host phase is walked again there.
       const std::uint64_t occupied =
           ~(Codec::empty(tickets) | Codec::match(tickets, Codec::kBusy) | Codec::match(tickets, Codec::kTombstone)) & lanes;
-      p.at.host_avoided += static_cast<std::uint32_t>(popcount(occupied & ~matches));
+      std::uint32_t avoided = static_cast<std::uint32_t>(popcount(occupied & ~matches));
+      if (t.tags != nullptr) {
+        const std::uint8_t tag = Ref::tag_of(p.plan.info);
+        for (std::uint64_t m = matches; m != 0; m &= m - 1) {
+          if (t.tags[Ref::slot_of(word, Codec::field_of(m))] != tag) {
+            matches &= ~(m & (~m + 1));
+            avoided += 1;
+          }
+        }
+      }
+      p.at.host_avoided += avoided;
       if (stop_at_host && matches != 0) {
         p.at.host_read = true;
         p.at.slot = Ref::slot_of(word, Codec::field_of(matches));
@@ -319,7 +330,10 @@ struct Engine {
     if (claimed) {
       if (present) {
         t.store_new(slot, p.key, value);
-        if (slot_in_host) tally.host_writes += 1;
+        if (slot_in_host) {
+          if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
+          tally.host_writes += 1;
+        }
         pending = pending_code(slot_in_host, slot, p.code);
       } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
         pending = pending_code(slot_in_host, slot, Codec::kTombstone);
