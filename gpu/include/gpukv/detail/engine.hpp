@@ -100,9 +100,6 @@ struct Engine {
   // deferred to the ordered host phase (pass_ops.hpp).
   bool stop_at_host = false;
 
-  // A tier by value: the two are selected field by field, so kernels keep them in registers.
-  GPUKV_HD_INLINE Ref tier(bool in_host) const { return in_host ? host : table; }
-
   // The board word of the plan's first unit: callers load it early, so that its latency overlaps other work.
   GPUKV_HD_INLINE std::uint64_t first_tickets(const ProbePlan& plan) const {
     return table.board.load(table.word_of(plan.first));
@@ -125,14 +122,20 @@ struct Engine {
   // Examines one unit of the walk. Returns true when the walk is over: the key was found, or a unit with an
   // EMPTY ticket (or the end of the sequence) proves it absent from every tier that may hold it.
   GPUKV_HD bool step(Probe& p, Tally& tally) const {
-    const bool in_host = p.at.in_host;
-    const Ref t = tier(in_host);
+    // Two instantiations rather than a tier chosen at run time: the device tier's walk carries none of the
+    // host tier's work, and neither the tiers nor the tally are ever selected by reference, which would move
+    // them from registers to local memory.
+    return p.at.in_host ? step_in<true>(host, p, tally) : step_in<false>(table, p, tally);
+  }
+
+  template <bool kHost>
+  GPUKV_HD_INLINE bool step_in(const Ref& t, Probe& p, Tally& tally) const {
     if (p.probe >= t.units) return walk_host(p);
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
     const std::uint64_t tickets = p.probe == 0 ? p.tickets : t.board.load(word);
     std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
-    if (in_host) {
+    if constexpr (kHost) {
       // Stash Figure 4: every occupied ticket whose info differs is a host read not made, and so is every
       // match that the slot's tag byte rules out. Counted in the walk, added by apply(): a walk stopped for
       // the ordered host phase is walked again there.
@@ -157,14 +160,14 @@ struct Engine {
     }
     for (std::uint64_t m = matches; m != 0; m &= m - 1) {
       const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
-      if (in_host) tally.host_reads += 1;
+      if constexpr (kHost) tally.host_reads += 1;
       if (t.key_equals(slot, p.key)) {
         p.at.hit = true;
         p.at.slot = slot;
         return true;
       }
     }
-    if (!in_host && !p.at.can_claim && (Codec::available(tickets) & lanes) != 0) {
+    if (!kHost && !p.at.can_claim && (Codec::available(tickets) & lanes) != 0) {
       p.at.can_claim = true;
       p.at.claim_unit = p.unit;
       p.at.claim_probe = p.probe;
@@ -288,9 +291,10 @@ struct Engine {
           if (present) {
             if (written) {
               write_get(op, value.words, value.len);
+            } else if (slot_in_host) {
+              write_get(op, host.value_words_at(slot), *host.value_len(slot));
             } else {
-              const Ref t = tier(slot_in_host);
-              write_get(op, t.value_words_at(slot), *t.value_len(slot));
+              write_get(op, table.value_words_at(slot), *table.value_len(slot));
             }
           }
           batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);
@@ -323,38 +327,45 @@ struct Engine {
 
     // Commit: the final state of the key reaches the table once. A new or deleted slot stays BUSY until
     // FinishPass sets the code recorded here.
-    const Ref t = tier(slot_in_host);
-    long long& items = slot_in_host ? tally.host_items : tally.items;
-    long long& tombstones = slot_in_host ? tally.host_tombstones : tally.tombstones;
-    std::uint64_t pending = kNothingPending;
-    if (claimed) {
-      if (present) {
-        t.store_new(slot, p.key, value);
-        if (slot_in_host) {
-          if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
-          tally.host_writes += 1;
-        }
-        pending = pending_code(slot_in_host, slot, p.code);
-      } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
-        pending = pending_code(slot_in_host, slot, Codec::kTombstone);
-        items -= 1;
-        tombstones += 1;
-      }
-    } else if (at.hit) {
-      if (present) {
-        if (written) {
-          t.store_value(slot, value);
-          if (slot_in_host) tally.host_writes += 1;
-        }
-      } else {
-        t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code, Codec::kBusy);
-        pending = pending_code(slot_in_host, slot, Codec::kTombstone);
-        items -= 1;
-        tombstones += 1;
-      }
-    }
+    const std::uint64_t pending = slot_in_host ? commit<true>(host, p, slot, claimed, present, written, value, tally)
+                                               : commit<false>(table, p, slot, claimed, present, written, value, tally);
     if (pending != kNothingPending) tally.pending += 1;
     if (any) pass.pending[last_op] = pending;
+  }
+
+  // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()).
+  template <bool kHost>
+  GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
+                                       bool written, const ValueIn& value, Tally& tally) const {
+    const auto forget = [&] {  // the key's slot becomes a tombstone
+      if constexpr (kHost) {
+        tally.host_items -= 1;
+        tally.host_tombstones += 1;
+      } else {
+        tally.items -= 1;
+        tally.tombstones += 1;
+      }
+      return pending_code(kHost, slot, Codec::kTombstone);
+    };
+    if (claimed) {
+      if (!present) return forget();  // inserted and deleted within the pass
+      t.store_new(slot, p.key, value);
+      if constexpr (kHost) {
+        if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
+        tally.host_writes += 1;
+      }
+      return pending_code(kHost, slot, p.code);
+    }
+    if (!p.at.hit) return kNothingPending;
+    if (!present) {
+      t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code, Codec::kBusy);
+      return forget();
+    }
+    if (written) {
+      t.store_value(slot, value);
+      if constexpr (kHost) tally.host_writes += 1;
+    }
+    return kNothingPending;
   }
 };
 
