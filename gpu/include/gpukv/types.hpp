@@ -54,9 +54,10 @@ struct TableConfig {
   // into the GPU's address space and its ticket-board in GPU memory; new keys go there once the device tier
   // holds max_load_factor * capacity keys. On the CPU backend it is ordinary memory with the same logic.
   std::uint64_t host_capacity = 0;
-  // Run a pass's host-tier accesses in a phase of their own, sorted by host address, with at most
-  // host_phase_threads GPU threads (0: as many as fit) so that the threads in flight touch a narrow window
-  // of host memory: random host access is bound by address translation, not bytes (ANCHORS.md).
+  // A pass's host-tier accesses run in a phase of their own, by at most host_phase_threads GPU threads
+  // (0: as many as fit), and with order_host sorted by host address, so that the threads in flight touch a
+  // narrow window of host memory: random host access is bound by address translation, not bytes
+  // (ANCHORS.md). order_host = false keeps batch order (for measuring what the sort buys).
   bool order_host = true;
   std::uint32_t host_phase_threads = 0;
   std::uint32_t ticket_bits = 8;       // ticket size on the board: 2, 4 or 8 bits (see ticket_board.hpp)

@@ -85,11 +85,13 @@ struct Tally {
   long long tombstones = 0;
   long long pending = 0;
   long long writes = 0;
-  long long host_items = 0;
-  long long host_tombstones = 0;
-  long long host_reads = 0;
-  long long host_writes = 0;
-  long long host_avoided = 0;
+  // The host tier's, 32-bit: a thread's share of one kernel stays far below 2^31, and the probing kernels
+  // hold every field in registers for their whole grid-stride loop.
+  int host_items = 0;
+  int host_tombstones = 0;
+  int host_reads = 0;
+  int host_writes = 0;
+  int host_avoided = 0;
 };
 
 // Calls add(delta, &counter) for every field of a tally: the one list both backends flush.

@@ -41,12 +41,11 @@ struct Location {
   std::uint64_t slot = 0;          // valid if hit
   std::uint64_t claim_unit = 0;    // device tier: the first unit where an available ticket was seen
   std::uint64_t claim_probe = 0;   // its position in the probe sequence
-  std::uint64_t claim_step = 0;    // the device tier's probe step
   std::uint64_t claim_tickets = 0; // that unit's board word as seen then (claim() starts from it)
   bool hit = false;
   bool in_host = false;            // the walk went on into the host tier (and the hit, if any, is there)
   bool can_claim = false;          // an available device-tier ticket was seen on the probe sequence
-  bool host_read = false;          // stopped before reading host slot `slot` (Engine::stop_at_host)
+  bool to_host = false;            // a device-tier-only walk (step<false>) ended where the host tier must be walked
   std::uint32_t host_avoided = 0;  // host slot reads the info bits ruled out (added to the tally by apply())
 };
 
@@ -65,9 +64,9 @@ struct Probe {
 // Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
 // whose board word the caller saw as `tickets`. Returns false if none is left. A reused tombstone is
 // subtracted from `tombstones`.
-template <class Ref>
+template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
-                           std::uint64_t tickets, std::uint64_t& slot, long long& tombstones) {
+                           std::uint64_t tickets, std::uint64_t& slot, Count& tombstones) {
   using Codec = typename Ref::Codec;
   const std::uint64_t first_probe = probe;  // a stale view of its word only costs a failed CAS, which refreshes it
   for (; probe < t.units; ++probe) {
@@ -96,9 +95,6 @@ struct Engine {
   Ref host;   // the host tier; host.units == 0 when the table has none
   BatchRef batch;
   PassRef pass;
-  // Stop a walk at its first host-tier candidate, before reading host memory, so that the op can be
-  // deferred to the ordered host phase (pass_ops.hpp).
-  bool stop_at_host = false;
 
   // The board word of the plan's first unit: callers load it early, so that its latency overlaps other work.
   GPUKV_HD_INLINE std::uint64_t first_tickets(const ProbePlan& plan) const {
@@ -115,30 +111,35 @@ struct Engine {
     p.unit = plan.first;
     p.probe = 0;
     p.tickets = tickets;
-    p.at.claim_step = plan.step;
     return p;
   }
 
   // Examines one unit of the walk. Returns true when the walk is over: the key was found, or a unit with an
-  // EMPTY ticket (or the end of the sequence) proves it absent from every tier that may hold it.
+  // EMPTY ticket (or the end of the sequence) proves it absent from every tier that may hold it. With
+  // kWithHost false the walk covers the device tier only and, where the host tier would be next, ends with
+  // at.to_host set: the probing kernels leave every host access to the host phase (pass_ops.hpp), so their
+  // hot loop carries none of the host tier's registers.
+  template <bool kWithHost = true>
   GPUKV_HD bool step(Probe& p, Tally& tally) const {
-    // Two instantiations rather than a tier chosen at run time: the device tier's walk carries none of the
-    // host tier's work, and neither the tiers nor the tally are ever selected by reference, which would move
-    // them from registers to local memory.
-    return p.at.in_host ? step_in<true>(host, p, tally) : step_in<false>(table, p, tally);
+    if constexpr (kWithHost) {
+      // Two instantiations rather than a tier chosen at run time: neither the tiers nor the tally are ever
+      // selected by reference, which would move them from registers to local memory.
+      return p.at.in_host ? step_in<true, true>(host, p, tally) : step_in<false, true>(table, p, tally);
+    } else {
+      return step_in<false, false>(table, p, tally);
+    }
   }
 
-  template <bool kHost>
+  template <bool kHost, bool kWithHost>
   GPUKV_HD_INLINE bool step_in(const Ref& t, Probe& p, Tally& tally) const {
-    if (p.probe >= t.units) return walk_host(p);
+    if (p.probe >= t.units) return end_of_tier<kWithHost>(p);
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
     const std::uint64_t tickets = p.probe == 0 ? p.tickets : t.board.load(word);
     std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
     if constexpr (kHost) {
       // Stash Figure 4: every occupied ticket whose info differs is a host read not made, and so is every
-      // match that the slot's tag byte rules out. Counted in the walk, added by apply(): a walk stopped for
-      // the ordered host phase is walked again there.
+      // match that the slot's tag byte rules out. Counted in the walk, added by apply().
       const std::uint64_t occupied =
           ~(Codec::empty(tickets) | Codec::match(tickets, Codec::kBusy) | Codec::match(tickets, Codec::kTombstone)) & lanes;
       std::uint32_t avoided = static_cast<std::uint32_t>(popcount(occupied & ~matches));
@@ -152,11 +153,6 @@ struct Engine {
         }
       }
       p.at.host_avoided += avoided;
-      if (stop_at_host && matches != 0) {
-        p.at.host_read = true;
-        p.at.slot = Ref::slot_of(word, Codec::field_of(matches));
-        return true;
-      }
     }
     for (std::uint64_t m = matches; m != 0; m &= m - 1) {
       const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
@@ -173,16 +169,21 @@ struct Engine {
       p.at.claim_probe = p.probe;
       p.at.claim_tickets = tickets;
     }
-    if ((Codec::empty(tickets) & lanes) != 0) return walk_host(p);
+    if ((Codec::empty(tickets) & lanes) != 0) return end_of_tier<kWithHost>(p);
     p.unit = next_unit(p.unit, p.plan.step, t.units);
     p.probe += 1;
     return false;
   }
 
-  // The device tier's walk ended without finding the key: go on into the host tier if it may hold it.
-  // Returns true if the walk is over.
-  GPUKV_HD bool walk_host(Probe& p) const {
+  // A tier's walk ended without finding the key. After the device tier, the host tier comes next if it may
+  // hold the key: walked now, or (kWithHost false) left to the host phase. Returns true if the walk is over.
+  template <bool kWithHost>
+  GPUKV_HD_INLINE bool end_of_tier(Probe& p) const {
     if (p.at.in_host || !pass.host_live) return true;
+    if constexpr (!kWithHost) {
+      p.at.to_host = true;
+      return true;
+    }
     p.at.in_host = true;
     p.plan = plan_probe(hash_key(p.key, table.key_words), host.units);
     p.unit = p.plan.first;
@@ -227,8 +228,11 @@ struct Engine {
   GPUKV_HD bool place(const Probe& p, std::uint64_t& slot, bool& in_host, Tally& tally) const {
     const Location& at = p.at;
     if (reserve(false, tally)) {
+      // The device tier's step: the walk's plan, unless the walk went on into the host tier (then recomputed,
+      // rather than carried through every walk in registers).
+      const std::uint64_t step = at.in_host ? plan_probe(hash_key(p.key, table.key_words), table.units).step : p.plan.step;
       if (at.can_claim &&
-          claim_ticket(table, at.claim_unit, at.claim_probe, at.claim_step, at.claim_tickets, slot, tally.tombstones)) {
+          claim_ticket(table, at.claim_unit, at.claim_probe, step, at.claim_tickets, slot, tally.tombstones)) {
         in_host = false;
         return true;
       }
@@ -260,7 +264,7 @@ struct Engine {
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
                         Tally& tally) const {
     Probe p = start(key, plan, tickets);
-    while (!step(p, tally)) {
+    while (!step<true>(p, tally)) {
     }
     apply(p, ops, tally);
   }
@@ -269,7 +273,7 @@ struct Engine {
   template <class Ops>
   GPUKV_HD void apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
-    tally.host_avoided += at.host_avoided;
+    if (at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
 
     std::uint64_t slot = at.slot;
     bool slot_in_host = at.hit && at.in_host;

@@ -6,7 +6,7 @@
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
 //   (sort the ops ExecuteOp left for the host tier by host address)
-//   ExecuteHostOp  every such op, in host-address order: walk again and run it, reading host memory
+//   ExecuteHostOp  every such op, in host-address order: walk both tiers and run it
 //   FinishPass     every op (if the pass changed any ticket): a BUSY ticket it left -> FULL or TOMBSTONE
 #pragma once
 
@@ -68,8 +68,12 @@ struct OneOp {
 
 // Runs every op whose key is alone in the pass; defers the rest to the ordered phase. In three parts, so
 // that the GPU's clStash scheduler (clstash_kernel.cuh) can interleave the walks of many ops per lane:
-// begin() starts an op's walk, Engine::step() advances it, finish() applies the op.
-template <class Ref>
+// begin() starts an op's walk, step() advances it, finish() applies the op.
+//
+// kWithHost false (the probing kernels): the walk covers the device tier, and an op that must touch the
+// host tier (its key may be there, or it inserts a new key while the device tier is full) is left to the
+// host phase. kWithHost true (ExecuteHostOp): the whole walk, host tier included.
+template <class Ref, bool kWithHost = false>
 struct ExecuteOp {
   static constexpr const char* kName = "ExecuteOp";
   static constexpr bool kProbes = true;  // probes the table: launched for residency (gpu_backend.cu)
@@ -95,26 +99,21 @@ struct ExecuteOp {
     p = e.start(key, plan, tickets);
     return true;
   }
+  GPUKV_HD_INLINE bool step(Probe& p, Tally& tally) const { return e.template step<kWithHost>(p, tally); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
-    if (e.stop_at_host && defer_to_host(op, p, in)) return;
+    if (!kWithHost && defer_to_host(op, p, in)) return;
     e.apply(p, OneOp{op, in}, tally);
   }
 
-  // Leaves an op that must touch host memory to the ordered host phase: one whose walk stopped at a
-  // host-tier candidate, or the insert of a new key while the device tier is full. Random host accesses
-  // are bound by address translation (ANCHORS.md: 43 M/s over 8 GB, 750 M/s over 64 MB), so the phase
-  // runs them sorted by host address, and the threads in flight touch a narrow window at a time.
+  // Leaves an op that must touch host memory to the host phase, keyed by the host slot where its walk (or
+  // its claim) begins. Random host accesses are bound by address translation (ANCHORS.md: 43 M/s over
+  // 8 GB, 750 M/s over 64 MB), so the phase runs them sorted by that address, and the threads in flight
+  // touch a narrow window at a time.
   GPUKV_HD bool defer_to_host(std::uint64_t op, const Probe& p, const OpIn& in) const {
-    std::uint64_t slot;
-    if (p.at.host_read) {
-      slot = p.at.slot;
-    } else if (!p.at.hit && (in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent) && e.device_full()) {
-      slot = e.host_home(p.key);
-    } else {
-      return false;
-    }
-    e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = (slot << kHostQueueOpBits) | op;
+    const bool inserts = in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent;
+    if (!p.at.to_host && !(!p.at.hit && inserts && e.host.units != 0 && e.device_full())) return false;
+    e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = (e.host_home(p.key) << kHostQueueOpBits) | op;
     return true;
   }
 
@@ -124,19 +123,20 @@ struct ExecuteOp {
     Probe p;
     if (!begin(op, p)) return;
     const OpIn in = load_op(e.batch, op);
-    while (!e.step(p, tally)) {
+    while (!step(p, tally)) {
     }
     finish(op, p, in, tally);
   }
 };
 
-// Runs the ops ExecuteOp left for the host tier, in the sorted order of `queue`, each walked afresh (they
-// are alone in the pass: nobody else touches their keys) by an ExecuteOp whose engine reads host memory.
+// Runs the ops ExecuteOp left for the host tier, in the order of `queue` (sorted by host address unless
+// TableConfig::order_host is off), each walked afresh through both tiers: they are alone in the pass, so
+// nobody else touches their keys.
 template <class Ref>
 struct ExecuteHostOp {
   static constexpr const char* kName = "ExecuteHostOp";
   static constexpr bool kProbes = true;
-  ExecuteOp<Ref> execute;  // execute.e.stop_at_host is false
+  ExecuteOp<Ref, true> execute;
   const std::uint64_t* queue;
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
     execute(queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1), tally);

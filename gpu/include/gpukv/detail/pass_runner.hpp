@@ -120,10 +120,8 @@ class PassRunner {
                        scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
                        known_.host_items != 0};
     const Engine<Ref> engine{table_, host_, batch, pass};
-    Engine<Ref> first = engine;
-    first.stop_at_host = has_host() && host_phase_.ordered;
     exec_.for_each(n, GroupOp<Ref>{engine});
-    exec_.execute(n, ExecuteOp<Ref>{first}, LanePolicy{lanes_, clstash_items_, n});
+    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
     const std::uint64_t deferred = known_.conflicts;
     if (deferred != 0) {
@@ -132,8 +130,8 @@ class PassRunner {
     }
     const std::uint64_t host_ops = known_.host_queued;
     if (host_ops != 0) {
-      exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
-      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref>{engine}, scratch.host_queue}, host_phase_.threads);
+      if (host_phase_.ordered) exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
     }
     // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
     if (known_.pending != 0 || deferred != 0 || host_ops != 0) {
