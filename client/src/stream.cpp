@@ -95,14 +95,14 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
         if (broken_) {
           if (done_) return final_;
           if (in_callback || !wait) return {grpc::StatusCode::CANCELLED, "the stream is ending"};
-          changed_.wait(lock);
+          wait_for_change(lock);
           continue;
         }
         if (in_flight_ < max_in_flight_) break;
         if (in_callback || !wait) {
           return {grpc::StatusCode::RESOURCE_EXHAUSTED, std::to_string(in_flight_) + " groups in flight"};
         }
-        changed_.wait(lock);
+        wait_for_change(lock);
       }
       const std::uint64_t group_id = next_id_++;
       if (id != nullptr) *id = group_id;
@@ -133,7 +133,7 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
 
   grpc::Status wait_done() {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return done_; });
+    while (!done_) wait_for_change(lock);
     return final_;
   }
 
@@ -168,17 +168,19 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
         std::lock_guard lock(mutex_);
         broken_ = true;
         step = next_write();
+        notify_waiters();  // senders waiting for room learn that the stream is ending
       }
       run(step);
-      changed_.notify_all();  // senders waiting for room learn that the stream is ending
       return;
     }
+    // The response is matched and taken apart under the lock, the callback runs outside it.
     GroupCallback done;
-    std::size_t ops = 0;
+    GroupResult result;
+    std::string error;
     bool matched = false;
-    const std::uint64_t id = incoming_.id();
     {
       std::lock_guard lock(mutex_);
+      const std::uint64_t id = incoming_.id();
       matched = id >= first_id_ && id < next_id_ && !pending_[id - first_id_].answered;
       if (!matched) {
         if (protocol_error_.ok()) {
@@ -187,25 +189,23 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
       } else {
         Pending& p = pending_[id - first_id_];
         done = std::move(p.done);
-        ops = p.ops;
+        error = result.adopt(std::move(incoming_), p.ops);
         p.answered = true;
         --in_flight_;
         while (!pending_.empty() && pending_.front().answered) {
           pending_.pop_front();
           ++first_id_;
         }
+        notify_waiters();  // room for a waiting sender
       }
+      incoming_.Clear();
     }
     if (!matched) {
       context_.TryCancel();  // the read below then fails, and OnDone reports the protocol error
     } else {
-      changed_.notify_all();  // room for a waiting sender
-      GroupResult result;
-      const std::string error = result.adopt(std::move(incoming_), ops);
       dispatch(done, error.empty() ? grpc::Status::OK : grpc::Status(grpc::StatusCode::INTERNAL, "malformed response: " + error),
                std::move(result));
     }
-    incoming_.Clear();
     StartRead(&incoming_);
   }
 
@@ -231,13 +231,11 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
     // Published only now, so that close() returns after the last callback. The local reference keeps this
     // object alive to the end of OnDone even if the Stream lets go of it as soon as it sees done_.
     std::shared_ptr<Reactor> keep;
-    {
-      std::lock_guard lock(mutex_);
-      final_ = final_status;
-      done_ = true;
-      keep = std::move(self_);
-    }
-    changed_.notify_all();
+    std::lock_guard lock(mutex_);
+    final_ = final_status;
+    done_ = true;
+    keep = std::move(self_);
+    notify_waiters();
   }
 
  private:
@@ -285,6 +283,18 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
     }
   }
 
+  // Lock held by both. Waiters are rare (a sender at the in-flight bound, close(), the destructor), so a
+  // response notifies only when someone waits, and then under the lock: once done_ is set the Stream may
+  // destroy this object, and the notification must not come after that.
+  void wait_for_change(std::unique_lock<std::mutex>& lock) {
+    ++waiters_;
+    changed_.wait(lock);
+    --waiters_;
+  }
+  void notify_waiters() {
+    if (waiters_ > 0) changed_.notify_all();
+  }
+
   void dispatch(GroupCallback& done, const grpc::Status& status, GroupResult&& result) {
     t_dispatching = this;
     done(status, std::move(result));
@@ -298,6 +308,7 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
 
   mutable std::mutex mutex_;             // guards everything below
   std::condition_variable changed_;      // room for a group, the stream ending, or ended
+  int waiters_ = 0;                      // threads waiting on changed_
   std::deque<v1::StreamRequest> writes_;  // accepted and not yet written; the front is being written while writing_
   std::deque<Pending> pending_;          // sent groups by id, from first_id_; the answered ones at the front pop
   std::uint64_t first_id_ = 1;           // the id of pending_.front()
