@@ -7,15 +7,20 @@
 //     batch-get [FILE|-]         one key per line; prints "key<TAB>RESULT<TAB>value"
 //     batch-put [FILE|-]         "key<TAB>value" per line; prints "key<TAB>RESULT"
 //     batch-delete [FILE|-]      one key per line; prints "key<TAB>RESULT"
+//     stream [FILE|-]            "OP<TAB>KEY[<TAB>VALUE]" per line, OP one of get, put, put-if-absent, delete;
+//                                sent on one stream in groups of --group ops; prints "OP<TAB>KEY<TAB>RESULT<TAB>value"
+//                                per line, in input order (the value of a GET that found its key, else empty)
 //     stats                      the server's Stats, as text
 //     health                     prints SERVING or NOT_SERVING; exit code 1 unless SERVING
 //
-// Keys and values are taken as bytes; batch files are read from stdin when FILE is "-" or missing.
-// Exit codes: 0 done, 1 absent / not serving / some batch key failed, 2 usage, 3 the call failed.
+// Keys and values are taken as bytes; batch and stream input is read from stdin when FILE is "-" or missing.
+// Exit codes: 0 done, 1 absent / not serving / some batch or stream op not OK, 2 usage or bad input, 3 the
+// call failed. --timeout_ms is the whole stream's deadline for `stream`.
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -28,6 +33,7 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address (host:port)");
 ABSL_FLAG(std::uint32_t, timeout_ms, 5000, "deadline of each call attempt, milliseconds");
 ABSL_FLAG(bool, if_absent, false, "put / batch-put: store only keys that are absent");
 ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to trust; plaintext when empty");
+ABSL_FLAG(std::uint32_t, group, 100, "stream: operations per group");
 
 
 namespace {
@@ -58,8 +64,72 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 int usage() {
   std::fprintf(stderr, "usage: gpukv [flags] get KEY | put KEY VALUE | delete KEY | batch-get [FILE] |\n"
-                       "             batch-put [FILE] | batch-delete [FILE] | stats | health\n");
+                       "             batch-put [FILE] | batch-delete [FILE] | stream [FILE] | stats | health\n");
   return 2;
+}
+
+struct StreamOp {
+  std::string name;  // as written: get, put, put-if-absent, delete
+  v1::OpKind kind;
+  std::string key;
+  std::string value;
+};
+
+// "OP<TAB>KEY[<TAB>VALUE]"; throws std::invalid_argument naming the line.
+StreamOp parse_stream_op(const std::string& line, std::size_t number) {
+  const auto bad = [&](const std::string& why) { return std::invalid_argument("line " + std::to_string(number) + ": " + why); };
+  const auto tab1 = line.find('\t');
+  if (tab1 == std::string::npos) throw bad("expected OP<TAB>KEY[<TAB>VALUE], got '" + line + "'");
+  const std::string op = line.substr(0, tab1);
+  const auto tab2 = line.find('\t', tab1 + 1);
+  StreamOp parsed{op, v1::OP_GET, line.substr(tab1 + 1, tab2 == std::string::npos ? std::string::npos : tab2 - tab1 - 1), {}};
+  if (op == "get") parsed.kind = v1::OP_GET;
+  else if (op == "put") parsed.kind = v1::OP_PUT;
+  else if (op == "put-if-absent") parsed.kind = v1::OP_PUT_IF_ABSENT;
+  else if (op == "delete") parsed.kind = v1::OP_DELETE;
+  else throw bad("unknown op '" + op + "' (get, put, put-if-absent, delete)");
+  const bool write = parsed.kind == v1::OP_PUT || parsed.kind == v1::OP_PUT_IF_ABSENT;
+  if (write && tab2 == std::string::npos) throw bad(op + " needs KEY<TAB>VALUE");
+  if (!write && tab2 != std::string::npos) throw bad(op + " takes a key only");
+  if (write) parsed.value = line.substr(tab2 + 1);
+  return parsed;
+}
+
+// Sends every op on one stream, --group ops per group, and prints one line per op in input order.
+int run_stream(gpukv::client::Client& client, const std::string& path) {
+  const std::vector<std::string> lines = read_lines(path);
+  std::vector<StreamOp> ops;
+  for (std::size_t i = 0; i < lines.size(); ++i) ops.push_back(parse_stream_op(lines[i], i + 1));
+  const std::size_t per_group = std::max(1u, absl::GetFlag(FLAGS_group));
+  const std::size_t groups = (ops.size() + per_group - 1) / per_group;
+  // Written by the callbacks, read after close(), which returns after the last callback.
+  std::vector<gpukv::client::GroupResult> results(groups);
+  std::vector<grpc::Status> statuses(groups);
+  auto stream = client.stream({.max_in_flight = 8});
+  gpukv::client::OpGroup group;
+  for (std::size_t g = 0; g < groups; ++g) {
+    for (std::size_t i = g * per_group; i < std::min(ops.size(), (g + 1) * per_group); ++i) {
+      group.add(ops[i].kind, ops[i].key, ops[i].value);
+    }
+    const grpc::Status sent = stream->send(group, [&, g](const grpc::Status& s, gpukv::client::GroupResult&& r) {
+      statuses[g] = s;
+      results[g] = std::move(r);
+    });
+    if (!sent.ok()) break;  // the stream ended; close() says why
+  }
+  if (grpc::Status end = stream->close(); !end.ok()) return failed(end);
+  bool all_ok = true;
+  for (std::size_t g = 0; g < groups; ++g) {
+    if (!statuses[g].ok()) return failed(statuses[g]);
+    for (std::size_t j = 0; j < results[g].size(); ++j) {
+      const StreamOp& op = ops[g * per_group + j];
+      const std::string_view value = results[g].value(j);
+      std::printf("%s\t%s\t%s\t%.*s\n", op.name.c_str(), op.key.c_str(), result_name(results[g].result(j)),
+                  static_cast<int>(value.size()), value.data());
+      all_ok &= results[g].result(j) == v1::RESULT_OK;
+    }
+  }
+  return all_ok ? 0 : 1;
 }
 
 }  // namespace
@@ -133,6 +203,7 @@ int main(int argc, char** argv) {
       }
       return all_ok ? 0 : 1;
     }
+    if (command == "stream" && args.size() <= 3) return run_stream(client, arg(2));
     if (command == "stats") {
       v1::StatsResponse stats;
       if (auto s = client.stats(&stats); !s.ok()) return failed(s);

@@ -1,33 +1,32 @@
-// gpukv-load: a closed-loop load generator for the gpukv service.
+// gpukv-load: a load generator for the gpukv service.
 //
-//   gpukv-load --target=127.0.0.1:50051 --mode=batch --batch=100 --callers=64 --seconds=10 \
-//              --keys=1000000 --distribution=zipf --get=0.5 --put=0.45 --delete=0.05
+//   gpukv-load --target=127.0.0.1:50051 --mode=batch --batch=100 --callers=64 --seconds=10
+//     --keys=1000000 --distribution=zipf --get=0.5 --put=0.45
+//   gpukv-load --mode=stream --rate=200000 --arrivals=poisson --max_outstanding=4096 ...
 //
-// Each of --callers threads keeps one call in flight: a unary call per key (mode unary), a batch call of
-// --batch keys (mode batch, one op kind per call, drawn from the mix), or a packed group of --batch ops on a
-// bidirectional stream (mode stream, --depth groups in flight per stream). Prints a progress line every
-// second, then keys/s, calls/s and the latency percentiles of calls (or stream groups).
+// Modes: a unary call per key (unary), a batch call of --batch keys with one op kind per call drawn from
+// the mix (batch), or a packed group of --batch mixed ops on a bidirectional stream (stream).
+// Without --rate the load is closed-loop: --callers threads each keep one call (stream: --depth groups) in
+// flight. With --rate=N it is open-loop: N ops/s arrive (N / --batch calls or groups per second in batch
+// and stream modes; Poisson or fixed gaps), latency is measured from each arrival's intended time, at most
+// --max_outstanding calls are in flight and arrivals beyond that are dropped and counted (load.hpp).
+// Prints a progress line every second (stderr), then one RESULT line (stdout): rates, the latency
+// percentiles of calls (or groups), errors, and for open loop the target, dropped and late arrivals.
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
+#include <absl/flags/usage.h>
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <mutex>
-#include <random>
 #include <string>
 #include <thread>
-#include <vector>
 
-#include "gpukv/client.hpp"
+#include "load.hpp"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
 ABSL_FLAG(std::string, mode, "unary", "unary, batch or stream");
 ABSL_FLAG(std::uint32_t, batch, 100, "keys per batch call or per stream group");
-ABSL_FLAG(std::uint32_t, depth, 4, "stream mode: groups in flight per stream");
-ABSL_FLAG(std::uint32_t, callers, 16, "concurrent callers (threads)");
+ABSL_FLAG(std::uint32_t, depth, 4, "closed loop, stream mode: groups in flight per stream");
+ABSL_FLAG(std::uint32_t, callers, 16, "caller threads, each with its own channel (and stream)");
 ABSL_FLAG(double, seconds, 10, "run time");
 ABSL_FLAG(std::uint64_t, keys, 1000000, "key space");
 ABSL_FLAG(std::string, distribution, "uniform", "uniform or zipf");
@@ -35,175 +34,123 @@ ABSL_FLAG(double, zipf, 0.99, "zipf exponent");
 ABSL_FLAG(double, get, 0.5, "share of GETs");
 ABSL_FLAG(double, put, 0.45, "share of PUTs (the rest are DELETEs)");
 ABSL_FLAG(std::uint32_t, value_size, 8, "value bytes");
-ABSL_FLAG(std::uint32_t, timeout_ms, 10000, "deadline of each call");
+ABSL_FLAG(std::uint32_t, timeout_ms, 10000, "deadline of each call (a stream's: the run time plus this)");
+ABSL_FLAG(double, rate, 0, "open loop: target ops (keys) per second over all callers; 0: closed loop");
+ABSL_FLAG(std::string, arrivals, "poisson", "open loop: poisson or fixed gaps between arrivals");
+ABSL_FLAG(std::uint32_t, max_outstanding, 4096, "open loop: calls (or groups) in flight, over all callers");
+ABSL_FLAG(std::uint32_t, late_us, 1000, "open loop: an arrival sent later than this is counted late");
 
 namespace {
 
-namespace v1 = gpukv::v1;
-using Clock = std::chrono::steady_clock;
+using gpukv::load::Clock;
+using gpukv::load::Mode;
 
-// Zipf over [0, n) by inverting the continuous approximation of its CDF: cheap per draw, close enough to
-// concentrate load the way a skewed workload does.
-class KeyChooser {
- public:
-  KeyChooser(std::uint64_t n, bool zipf, double s) : n_(n), zipf_(zipf), s_(s) {}
-  std::uint64_t next(std::mt19937_64& rng) {
-    if (!zipf_) return std::uniform_int_distribution<std::uint64_t>(0, n_ - 1)(rng);
-    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-    const double x = s_ == 1.0 ? std::pow(static_cast<double>(n_), u)
-                               : std::pow(u * (std::pow(static_cast<double>(n_), 1 - s_) - 1) + 1, 1 / (1 - s_));
-    return std::min<std::uint64_t>(n_ - 1, static_cast<std::uint64_t>(x) - 1);
-  }
-
- private:
-  std::uint64_t n_;
-  bool zipf_;
-  double s_;
-};
-
-std::string key_of(std::uint64_t k) { return "key:" + std::to_string(k); }
-
-struct Totals {
-  std::atomic<std::uint64_t> keys{0}, calls{0}, errors{0};
-  std::mutex mutex;
-  std::vector<double> latencies_us;  // merged per-call latencies
-};
-
-v1::OpKind pick(std::mt19937_64& rng, double get, double put) {
-  const double r = std::uniform_real_distribution<double>(0, 1)(rng);
-  return r < get ? v1::OP_GET : r < get + put ? v1::OP_PUT : v1::OP_DELETE;
+// Reads and checks the flags; returns an error message, or empty.
+std::string settings_from_flags(gpukv::load::Settings& s) {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "unary") s.mode = Mode::kUnary;
+  else if (mode == "batch") s.mode = Mode::kBatch;
+  else if (mode == "stream") s.mode = Mode::kStream;
+  else return "--mode must be unary, batch or stream, not '" + mode + "'";
+  const std::string distribution = absl::GetFlag(FLAGS_distribution);
+  if (distribution != "uniform" && distribution != "zipf") return "--distribution must be uniform or zipf";
+  const std::string arrivals = absl::GetFlag(FLAGS_arrivals);
+  if (arrivals != "poisson" && arrivals != "fixed") return "--arrivals must be poisson or fixed";
+  s.client.target = absl::GetFlag(FLAGS_target);
+  s.client.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  s.client.max_attempts = 1;  // measure the server, not the retries
+  s.batch = absl::GetFlag(FLAGS_batch);
+  s.depth = absl::GetFlag(FLAGS_depth);
+  s.callers = absl::GetFlag(FLAGS_callers);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  s.duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  s.mix.keys = absl::GetFlag(FLAGS_keys);
+  s.mix.zipf = distribution == "zipf";
+  s.mix.zipf_exponent = absl::GetFlag(FLAGS_zipf);
+  s.mix.get = absl::GetFlag(FLAGS_get);
+  s.mix.put = absl::GetFlag(FLAGS_put);
+  s.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
+  s.rate = absl::GetFlag(FLAGS_rate);
+  s.poisson = arrivals == "poisson";
+  s.max_outstanding = absl::GetFlag(FLAGS_max_outstanding);
+  s.late_after = std::chrono::microseconds(absl::GetFlag(FLAGS_late_us));
+  if (s.batch == 0 || s.depth == 0 || s.callers == 0 || s.mix.keys == 0) return "--batch, --depth, --callers and --keys must be at least 1";
+  if (!(seconds > 0)) return "--seconds must be positive";
+  if (s.mix.get < 0 || s.mix.put < 0 || s.mix.get + s.mix.put > 1) return "--get and --put must be shares adding up to at most 1";
+  if (!(s.rate >= 0)) return "--rate must be 0 (closed loop) or a positive rate";
+  if (s.rate > 0 && s.max_outstanding < s.callers) return "--max_outstanding must be at least --callers (each caller needs one)";
+  return {};
 }
 
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  const std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
-  return v[i];
+void progress(const gpukv::load::Settings& s, gpukv::load::Totals& t, Clock::time_point start, Clock::time_point end) {
+  std::uint64_t last_keys = 0;
+  for (auto tick = start + std::chrono::seconds(1); tick < end; tick += std::chrono::seconds(1)) {
+    std::this_thread::sleep_until(tick);
+    const std::uint64_t keys = t.keys.load();
+    const double at = std::chrono::duration<double>(tick - start).count();
+    if (s.rate > 0) {
+      std::fprintf(stderr, "progress %.0fs: %.0f keys/s (target %.0f), p99 %.0f us, outstanding %lld, dropped %llu, late %llu, errors %llu\n",
+                   at, static_cast<double>(keys - last_keys), s.rate, t.latency.percentile_us(0.99),
+                   static_cast<long long>(t.outstanding.load()), static_cast<unsigned long long>(t.dropped.load()),
+                   static_cast<unsigned long long>(t.late.load()), static_cast<unsigned long long>(t.errors.load()));
+    } else {
+      std::fprintf(stderr, "progress %.0fs: %.0f keys/s, p99 %.0f us, errors %llu\n", at, static_cast<double>(keys - last_keys),
+                   t.latency.percentile_us(0.99), static_cast<unsigned long long>(t.errors.load()));
+    }
+    last_keys = keys;
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("gpukv-load: closed- or open-loop load on a gpukv server");
   absl::ParseCommandLine(argc, argv);
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "unary" && mode != "batch" && mode != "stream") {
-    std::fprintf(stderr, "--mode must be unary, batch or stream\n");
+  gpukv::load::Settings s;
+  if (const std::string error = settings_from_flags(s); !error.empty()) {
+    std::fprintf(stderr, "gpukv-load: %s\n", error.c_str());
     return 2;
   }
-  const std::uint32_t batch = std::max(1u, absl::GetFlag(FLAGS_batch));
-  const double get = absl::GetFlag(FLAGS_get), put = absl::GetFlag(FLAGS_put);
-  const std::string value(absl::GetFlag(FLAGS_value_size), 'v');
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds)));
-  Totals totals;
-
-  gpukv::client::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
-  options.max_attempts = 1;  // measure the server, not the retries
-
-  const auto caller = [&](std::uint32_t id) {
-    gpukv::client::Client client(options);
-    std::mt19937_64 rng(id * 7919 + 1);
-    KeyChooser keys(absl::GetFlag(FLAGS_keys), absl::GetFlag(FLAGS_distribution) == "zipf", absl::GetFlag(FLAGS_zipf));
-    std::vector<double> lat;
-    const auto record = [&](Clock::time_point start, std::uint64_t n, bool ok) {
-      lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
-      totals.keys += n;
-      totals.calls += 1;
-      if (!ok) totals.errors += 1;
-    };
-    if (mode == "stream") {
-      grpc::ClientContext ctx;
-      auto stream = client.stub().Stream(&ctx);
-      std::vector<Clock::time_point> sent;  // per group id, when it was written
-      std::uint64_t next_id = 0, received = 0;
-      const auto send = [&] {
-        v1::StreamRequest req;
-        req.set_id(next_id++);
-        for (std::uint32_t i = 0; i < batch; ++i) {
-          const v1::OpKind kind = pick(rng, get, put);
-          req.mutable_ops()->push_back(static_cast<char>(kind));
-          const std::string k = key_of(keys.next(rng));
-          req.mutable_keys()->append(k);
-          req.add_key_lengths(static_cast<std::uint32_t>(k.size()));
-          if (kind == v1::OP_PUT) {
-            req.mutable_values()->append(value);
-            req.add_value_lengths(static_cast<std::uint32_t>(value.size()));
-          }
-        }
-        sent.push_back(Clock::now());
-        return stream->Write(req);
-      };
-      bool open = true;
-      for (std::uint32_t i = 0; i < absl::GetFlag(FLAGS_depth) && open; ++i) open = send();
-      v1::StreamResponse resp;
-      while (open && stream->Read(&resp)) {
-        record(sent[resp.id()], resp.results().size(), true);
-        ++received;
-        if (Clock::now() < deadline) open = send();
-        else if (received == next_id) break;
-      }
-      stream->WritesDone();
-      while (received < next_id && stream->Read(&resp)) ++received;
-      if (!stream->Finish().ok()) totals.errors += 1;
-    } else {
-      while (Clock::now() < deadline) {
-        const v1::OpKind kind = pick(rng, get, put);
-        const auto start = Clock::now();
-        grpc::Status s;
-        if (mode == "unary") {
-          const std::string k = key_of(keys.next(rng));
-          if (kind == v1::OP_GET) {
-            std::optional<std::string> v;
-            s = client.get(k, &v);
-          } else if (kind == v1::OP_PUT) {
-            s = client.put(k, value);
-          } else {
-            s = client.del(k);
-          }
-          record(start, 1, s.ok());
-        } else {
-          std::vector<std::string> ks(batch);
-          for (auto& k : ks) k = key_of(keys.next(rng));
-          if (kind == v1::OP_GET) {
-            std::vector<gpukv::client::KeyResult> r;
-            s = client.batch_get(ks, &r);
-          } else if (kind == v1::OP_PUT) {
-            std::vector<std::pair<std::string, std::string>> entries;
-            for (auto& k : ks) entries.emplace_back(std::move(k), value);
-            std::vector<v1::Result> r;
-            s = client.batch_put(entries, false, &r);
-          } else {
-            std::vector<v1::Result> r;
-            s = client.batch_delete(ks, &r);
-          }
-          record(start, batch, s.ok());
-        }
-      }
-    }
-    std::lock_guard lock(totals.mutex);
-    totals.latencies_us.insert(totals.latencies_us.end(), lat.begin(), lat.end());
-  };
-
+  gpukv::load::Totals totals;
   const auto start = Clock::now();
-  std::vector<std::thread> threads;
-  for (std::uint32_t i = 0; i < absl::GetFlag(FLAGS_callers); ++i) threads.emplace_back(caller, i);
-  std::uint64_t last_keys = 0;
-  while (Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    const std::uint64_t k = totals.keys.load();
-    std::fprintf(stderr, "progress: %.0f keys/s, %llu errors\n", static_cast<double>(k - last_keys),
-                 static_cast<unsigned long long>(totals.errors.load()));
-    last_keys = k;
+  const auto end = start + s.duration;
+  std::thread reporter(progress, std::cref(s), std::ref(totals), start, end);
+  try {
+    if (s.rate > 0) {
+      gpukv::load::run_open_loop(s, totals, start, end);
+    } else {
+      gpukv::load::run_closed_loop(s, totals, end);
+    }
+  } catch (const std::exception& e) {  // a bad TLS file, say
+    std::fprintf(stderr, "gpukv-load: %s\n", e.what());
+    reporter.join();
+    return 2;
   }
-  for (auto& t : threads) t.join();
+  reporter.join();
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<double>& lat = totals.latencies_us;
-  std::printf("RESULT load mode=%s batch=%u callers=%u distribution=%s keys_per_s=%.0f calls_per_s=%.0f p50_us=%.0f "
-              "p99_us=%.0f p999_us=%.0f errors=%llu\n",
-              mode.c_str(), mode == "unary" ? 1u : batch, absl::GetFlag(FLAGS_callers), absl::GetFlag(FLAGS_distribution).c_str(),
-              static_cast<double>(totals.keys.load()) / elapsed, static_cast<double>(totals.calls.load()) / elapsed,
-              percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999),
-              static_cast<unsigned long long>(totals.errors.load()));
+  const double window = std::chrono::duration<double>(s.duration).count();
+  const auto u = [](const std::atomic<std::uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
+  const char* mode = s.mode == Mode::kUnary ? "unary" : s.mode == Mode::kBatch ? "batch" : "stream";
+  std::printf("RESULT load mode=%s batch=%u callers=%u distribution=%s keys_per_s=%.0f calls_per_s=%.0f p50_us=%.0f p99_us=%.0f "
+              "p999_us=%.0f errors=%llu full_ops=%llu",
+              mode, s.keys_per_call(), s.callers, s.mix.zipf ? "zipf" : "uniform", static_cast<double>(totals.keys.load()) / elapsed,
+              static_cast<double>(totals.calls.load()) / elapsed, totals.latency.percentile_us(0.5),
+              totals.latency.percentile_us(0.99), totals.latency.percentile_us(0.999), u(totals.errors), u(totals.full_ops));
+  if (s.rate > 0) {
+    std::printf(" loop=open arrivals=%s target_keys_per_s=%.0f sent_keys_per_s=%.0f dropped=%llu late=%llu max_outstanding=%u\n",
+                s.poisson ? "poisson" : "fixed", s.rate, static_cast<double>(totals.sent_keys.load()) / window, u(totals.dropped),
+                u(totals.late), s.max_outstanding);
+  } else {
+    std::printf(" loop=closed depth=%u\n", s.mode == Mode::kStream ? s.depth : 1);
+  }
+  if (totals.dropped.load() > 0) {
+    std::fprintf(stderr, "gpukv-load: %llu arrivals dropped: %u calls were already in flight (--max_outstanding); the server did not keep up with --rate\n",
+                 u(totals.dropped), s.max_outstanding);
+  }
+  if (totals.late.load() > 0) {
+    std::fprintf(stderr, "gpukv-load: %llu arrivals sent more than %lld us after their time (this machine fell behind the schedule; latencies include the delay)\n",
+                 u(totals.late), static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(s.late_after).count()));
+  }
+  if (totals.errors.load() > 0) std::fprintf(stderr, "gpukv-load: %llu calls failed; the first: %s\n", u(totals.errors), totals.first_error.c_str());
   return totals.errors.load() == 0 ? 0 : 1;
 }

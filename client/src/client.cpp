@@ -29,6 +29,13 @@ void unpack_results(const std::string& packed, std::vector<v1::Result>* results)
   for (char r : packed) results->push_back(static_cast<v1::Result>(r));
 }
 
+// gRPC's default 4 MiB limit on received messages would fail a large BatchGet; the server allows 256 MiB.
+std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  return grpc::CreateCustomChannel(o.target, credentials(o), args);
+}
+
 }  // namespace
 
 const char* status_code_name(grpc::StatusCode code) {
@@ -52,9 +59,12 @@ void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::
 }
 
 Client::Client(ClientOptions options)
-    : options_(std::move(options)),
-      channel_(grpc::CreateChannel(options_.target, credentials(options_))),
-      stub_(v1::KeyValue::NewStub(channel_)) {}
+    : options_(std::move(options)), channel_(make_channel(options_)), stub_(v1::KeyValue::NewStub(channel_)) {}
+
+std::unique_ptr<Stream> Client::stream(const StreamOptions& options) {
+  return std::make_unique<Stream>(*stub_, channel_, options.timeout.count() == 0 ? options_.timeout : options.timeout,
+                                  options.max_in_flight);
+}
 
 template <class Call>
 grpc::Status Client::with_retries(Call&& call) {

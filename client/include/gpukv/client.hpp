@@ -1,6 +1,7 @@
 // gpukv::Client: a C++ client for the gpukv.v1 service. Every call carries a deadline; a call answered
 // UNAVAILABLE (the server is starting or draining, or not reachable) is retried with exponential backoff,
-// and no other failure is retried. Batch calls send packed columns.
+// and no other failure is retried. Batch calls send packed columns; stream() opens a pipelined session
+// (gpukv/stream.hpp), which is not retried.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -13,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "gpukv/stream.hpp"
 #include "gpukv/v1/kv.grpc.pb.h"
 
 namespace gpukv::client {
@@ -44,6 +46,10 @@ class Client {
   grpc::Status batch_put(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent,
                          std::vector<v1::Result>* results);
   grpc::Status batch_delete(const std::vector<std::string>& keys, std::vector<v1::Result>* results);
+
+  // A Stream session; its deadline is options.timeout, or this client's timeout when that is zero. Throws
+  // std::invalid_argument for max_in_flight 0.
+  std::unique_ptr<Stream> stream(const StreamOptions& options = {});
 
   grpc::Status stats(v1::StatsResponse* stats);
   // grpc.health.v1 Check of the gpukv service: serving is true when the server answers SERVING.

@@ -1,0 +1,86 @@
+// gpukv-load's two ways of driving the server, and what they share: the settings and the running totals
+// that the progress line and the final report read.
+//
+// Closed loop (run_closed_loop): each caller keeps one call (or, on a stream, --depth groups) in flight and
+// sends the next when one returns, so the offered load follows the server's speed.
+// Open loop (run_open_loop): calls arrive on a schedule at the target rate whatever the server does, and
+// latency runs from each call's intended send time, so a stall shows up in the percentiles instead of
+// quietly lowering the load (no coordinated omission).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "gpukv/client.hpp"
+#include "latency.hpp"
+#include "workload.hpp"
+
+namespace gpukv::load {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Mode { kUnary, kBatch, kStream };
+
+struct Settings {
+  client::ClientOptions client;   // target, per-call timeout; no retries (measure the server)
+  Mode mode = Mode::kUnary;
+  std::uint32_t batch = 100;      // keys per batch call or per stream group
+  std::uint32_t depth = 4;        // closed loop, stream mode: groups in flight per stream
+  std::uint32_t callers = 16;     // threads, each with its own channel (and stream)
+  Clock::duration duration = std::chrono::seconds(10);
+  Mix mix;
+  std::string value;              // the value every write carries
+  // Open loop only.
+  double rate = 0;                // target operations (keys) per second, over all callers; 0: closed loop
+  bool poisson = true;            // exponential gaps between arrivals; false: fixed gaps
+  std::uint32_t max_outstanding = 4096;  // calls (or groups) in flight over all callers; arrivals beyond it are dropped
+  Clock::duration late_after = std::chrono::milliseconds(1);  // an arrival sent later than this is counted late
+
+  std::uint32_t keys_per_call() const { return mode == Mode::kUnary ? 1 : batch; }
+};
+
+struct Totals {
+  // Completed calls (a stream group counts as a call).
+  std::atomic<std::uint64_t> keys{0}, calls{0}, errors{0};
+  std::atomic<std::uint64_t> full_ops{0};      // ops answered RESULT_FULL (table full, or a refused group)
+  // Open loop: arrivals sent, dropped at the outstanding bound, and sent late (the sender fell behind).
+  std::atomic<std::uint64_t> sent_keys{0}, sent_calls{0}, dropped{0}, late{0};
+  std::atomic<std::int64_t> outstanding{0};
+  LatencyHistogram latency;
+
+  void record(Clock::time_point from, std::uint64_t call_keys, const grpc::Status& status, std::uint64_t full = 0) {
+    latency.record(Clock::now() - from);
+    keys.fetch_add(call_keys, std::memory_order_relaxed);
+    calls.fetch_add(1, std::memory_order_relaxed);
+    full_ops.fetch_add(full, std::memory_order_relaxed);
+    if (!status.ok()) error(status);
+  }
+
+  // Counts a failed call and keeps the first failure's message for the report.
+  void error(const grpc::Status& status) {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex);
+    if (first_error.empty()) {
+      first_error = std::string(client::status_code_name(status.error_code())) + ": " + status.error_message();
+    }
+  }
+
+  std::mutex mutex;          // guards first_error
+  std::string first_error;
+};
+
+// Both return once every call they started has finished.
+void run_closed_loop(const Settings& settings, Totals& totals, Clock::time_point end);
+void run_open_loop(const Settings& settings, Totals& totals, Clock::time_point start, Clock::time_point end);
+
+// Ops answered RESULT_FULL in a packed result column.
+inline std::uint64_t count_full(const std::string& results) {
+  std::uint64_t n = 0;
+  for (char r : results) n += r == static_cast<char>(v1::RESULT_FULL);
+  return n;
+}
+
+}  // namespace gpukv::load

@@ -1,0 +1,98 @@
+"""End-to-end: the client tools against the real gpukv-server binary: `gpukv stream` and gpukv-load's open-loop
+mode (the RESULT line parses, the achieved rate is near the target, a bound that is hit is reported). These
+check that the tools work, not how fast the server is.
+
+Run by tests/run_all.sh: GPUKV_SERVER=... GPUKV_CLI=... GPUKV_LOAD=... pytest tests/e2e
+"""
+import os
+import subprocess
+
+import pytest
+
+from test_server_e2e import ROOT, Server
+
+CLI = os.environ.get("GPUKV_CLI", os.path.join(ROOT, "build", "client", "gpukv"))
+LOAD = os.environ.get("GPUKV_LOAD", os.path.join(ROOT, "build", "client", "gpukv-load"))
+
+
+@pytest.fixture
+def server():
+    s = Server("--capacity=200000", "--key_width=16", "--value_width=16")
+    yield s
+    s.stop()
+
+
+def load(server, *flags):
+    """Runs gpukv-load; returns its exit code, the RESULT line's fields and stderr."""
+    run = subprocess.run([LOAD, f"--target=127.0.0.1:{server.port}", "--keys=10000", *flags], capture_output=True,
+                         text=True, timeout=60)
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT load ")]
+    fields = dict(item.split("=", 1) for item in lines[0].split()[2:]) if lines else {}
+    return run.returncode, fields, run.stderr
+
+
+@pytest.mark.parametrize("mode,batch,rate,arrivals", [
+    ("unary", 1, 2000, "poisson"),
+    ("batch", 20, 40000, "poisson"),
+    ("stream", 20, 40000, "fixed"),
+])
+def test_open_loop_reaches_its_target_rate(server, mode, batch, rate, arrivals):
+    code, r, err = load(server, f"--mode={mode}", f"--batch={batch}", f"--rate={rate}", f"--arrivals={arrivals}",
+                        "--callers=2", "--seconds=1.5")
+    assert code == 0, err
+    assert r["loop"] == "open" and r["mode"] == mode and r["arrivals"] == arrivals
+    assert float(r["target_keys_per_s"]) == rate
+    # About 3000 arrivals in 1.5 s: Poisson counts stay well within 10% of the schedule.
+    assert abs(float(r["sent_keys_per_s"]) - rate) < 0.1 * rate, r
+    # Completed over the run and its drain: near the target when the server keeps up, which it does at
+    # these rates even on 2 busy cores.
+    assert abs(float(r["keys_per_s"]) - rate) < 0.25 * rate, r
+    assert int(r["errors"]) == 0 and int(r["dropped"]) == 0, r
+    assert 0 < float(r["p50_us"]) <= float(r["p99_us"]) <= float(r["p999_us"])
+    assert "progress 1s:" in err and "(target" in err
+
+
+def test_open_loop_counts_arrivals_dropped_at_the_bound():
+    # A lone call waits 200 ms for its batch, so two in flight cannot carry 50 calls per second.
+    s = Server("--capacity=20000", "--key_width=16", "--value_width=16", "--max_queue_delay=200000")
+    try:
+        code, r, err = load(s, "--mode=unary", "--rate=50", "--arrivals=fixed", "--callers=1", "--max_outstanding=2",
+                            "--seconds=1")
+    finally:
+        s.stop()
+    assert code == 0, err
+    assert int(r["dropped"]) > 20, r
+    assert "arrivals dropped" in err
+    assert float(r["sent_keys_per_s"]) < 50
+
+
+def test_closed_loop_stream_mode_uses_the_stream(server):
+    code, r, err = load(server, "--mode=stream", "--batch=50", "--depth=3", "--callers=2", "--seconds=1")
+    assert code == 0, err
+    assert r["loop"] == "closed" and r["depth"] == "3" and float(r["keys_per_s"]) > 0
+
+
+@pytest.mark.parametrize("flag,message", [
+    ("--mode=bogus", "--mode must be"),
+    ("--arrivals=bursty", "--arrivals must be"),
+    ("--rate=-5", "--rate must be"),
+    ("--get=0.9", "--get and --put"),
+])
+def test_load_refuses_bad_flags(flag, message):
+    run = subprocess.run([LOAD, flag, "--seconds=1"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 2 and message in run.stderr and "RESULT" not in run.stdout
+
+
+def test_cli_stream(server):
+    def cli(*args, stdin=None):
+        return subprocess.run([CLI, f"--target=127.0.0.1:{server.port}", *args], input=stdin, capture_output=True,
+                              text=True, timeout=30)
+
+    ops = "put\ta\t1\nget\ta\nput-if-absent\ta\t2\nput\tb\t\ndelete\ta\nget\ta\nget\tb\n"
+    run = cli("--group=3", "stream", "-", stdin=ops)
+    assert run.returncode == 1  # one GET was NOT_FOUND
+    assert run.stdout == ("put\ta\tOK\t\nget\ta\tOK\t1\nput-if-absent\ta\tEXISTS\t\nput\tb\tOK\t\n"
+                          "delete\ta\tOK\t\nget\ta\tNOT_FOUND\t\nget\tb\tOK\t\n")
+    bad = cli("stream", "-", stdin="put\tc\t1\nfrob\tb\n")
+    assert bad.returncode == 2 and "line 2: unknown op 'frob'" in bad.stderr
+    assert cli("get", "c").returncode == 1  # the bad input sent nothing, not even line 1
