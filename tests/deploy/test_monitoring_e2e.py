@@ -22,7 +22,7 @@ from conftest import CLI, PROMETHEUS_DIR, SERVER, require_binary, require_tool
 from test_prometheus_files import ALERTS, alert_rules, as_prometheus_expr, dashboard_queries
 
 LOAD = os.environ.get("GPUKV_LOAD", os.path.join(os.path.dirname(CLI), "gpukv-load"))
-CAPACITY = 4000  # slots: small, so that the load run fills the table and the FULL paths report too
+CAPACITY = 2000  # slots: few, so that even a slow load run fills the table and the FULL paths report too
 
 
 def free_port():
@@ -166,7 +166,7 @@ def test_metrics_reach_prometheus_with_the_values_driven(stack):
                           capture_output=True, text=True, timeout=60)
     assert "RESULT load" in load.stdout, load.stdout + load.stderr
     truth = scraped_operations(stack.server_metrics())  # the server is idle now: its counters stay put
-    assert truth[("PUT", "FULL")] > 0
+    assert truth.get(("PUT", "FULL"), 0) > 0, f"the load run did not fill the table: {truth}"
     wait_for("Prometheus to match the server's counters after the load",
              lambda: operations(stack.query("gpukv_operations_total")), lambda v: v == truth)
     server_errors = stack.query('sum(gpukv_requests_total{code="RESOURCE_EXHAUSTED"})')
