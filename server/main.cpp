@@ -17,7 +17,9 @@
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address (host:port; port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464", "Prometheus metrics address (host:port)");
 ABSL_FLAG(std::string, backend, "auto", "table backend: auto (GPU if present), gpu or cpu");
-ABSL_FLAG(std::uint64_t, capacity, 1 << 24, "table slots");
+ABSL_FLAG(std::uint64_t, capacity, 1 << 24, "device-tier slots (GPU memory; host memory on the CPU backend)");
+ABSL_FLAG(std::uint64_t, host_capacity, 0,
+          "host-tier slots in pinned host memory, used once the device tier is full (0: no host tier)");
 ABSL_FLAG(std::uint32_t, key_width, 16, "largest key, bytes: 8, 16 or 32");
 ABSL_FLAG(std::uint32_t, value_width, 128, "largest value, bytes: 8 to 65536");
 ABSL_FLAG(std::uint32_t, ticket_bits, 8, "ticket size on the ticket-board: 2, 4 or 8");
@@ -76,6 +78,7 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.table.backend = parse_backend(absl::GetFlag(FLAGS_backend));
   options.table.capacity = absl::GetFlag(FLAGS_capacity);
+  options.table.host_capacity = absl::GetFlag(FLAGS_host_capacity);
   options.table.key_width = absl::GetFlag(FLAGS_key_width);
   options.table.value_width = absl::GetFlag(FLAGS_value_width);
   options.table.ticket_bits = absl::GetFlag(FLAGS_ticket_bits);

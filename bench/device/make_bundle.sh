@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the GPU test and benchmark binaries here (sm_90) and gathers them, with the shared
-# libraries they load, into .device/bundle: git ignores it, and the device tool carries it to the lent GPU
-# machine, which has CUDA but none of our Debian libraries. Run bench/device/run.sh there.
+# libraries they load, into .device/bundle, packed as .device/bundle.tgz (the binaries carry device code for
+# every table type, about 20 MB each: packed, the bundle stays under the 64 MiB a call carries). git ignores
+# it; the device tool carries it to the lent GPU machine, which has CUDA but none of our Debian libraries.
+# Run bench/device/run.sh there (it unpacks the bundle).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$root/build-device
-targets=${TARGETS:-"table_test table_bench_gpu table_bench_cpu"}
+targets=${TARGETS:-"table_test table_bench_gpu host_tier_bench_gpu gpukv-server gpukv-load gpukv"}
 # The lent GPUs are Hopper (sm_90): the bundle carries that code only, to stay under the 64 MiB a call carries.
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
 cmake --build "$build" -j2 --target $targets
@@ -28,4 +30,5 @@ for v in ${VARIANTS:-}; do
   cmake --build "$vbuild" -j2 --target table_bench_gpu
   cp "$vbuild/bench/table_bench_gpu" "$out/bin/table_bench_gpu.$name"
 done
-du -sh "$out"
+tar czf "$root/.device/bundle.tgz" -C "$root/.device" bundle
+du -sh "$out" "$root/.device/bundle.tgz"

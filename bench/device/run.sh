@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root: the GPU tests, then the benchmarks, with logs
-# under $OUT. Usage: bench/device/run.sh [tests|bench|all] [table_bench_gpu flags...]
+# under $OUT. Usage: bench/device/run.sh [tests|bench|host|all] [benchmark flags...]
+#   bench: table_bench_gpu; host: host_tier_bench_gpu (the flags go to the one that runs)
 set -uo pipefail
 what=${1:-all}
 shift || true
 bundle=.device/bundle
+[[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
 export LD_LIBRARY_PATH=$bundle/lib
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
@@ -17,5 +19,8 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   "$bundle/bin/table_bench_gpu" "$@" 2>&1 | tee "$out/table_bench_gpu.log" || status=1
+fi
+if [[ $what == host ]]; then
+  "$bundle/bin/host_tier_bench_gpu" "$@" 2>&1 | tee "$out/host_tier_bench_gpu.log" || status=1
 fi
 exit $status

@@ -63,17 +63,23 @@ std::unique_ptr<Backend> by_key_width(const Geometry& geometry, Make&& make) {
   }
 }
 
+// A tier's TableRef. A tier that does not exist (capacity 0) gets units == 0 and null pointers; `tags` is
+// null for the device tier.
 template <class Ref>
-Ref make_table_ref(const Geometry& g, std::uint64_t* board, std::uint8_t* slots) {
+Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* board, std::uint8_t* slots,
+                   std::uint8_t* tags) {
   Ref ref;
   ref.board.words = board;
   ref.slots = slots;
-  ref.units = g.units;
-  ref.capacity = g.capacity;
+  ref.tags = tags;
+  ref.units = tier.units;
+  ref.capacity = tier.capacity;
   ref.value_stride = g.value_stride;
   ref.slot_stride = g.slot_stride;
   return ref;
 }
+
+inline TierLimits limits_of(const TierGeometry& t) { return TierLimits{t.max_items, t.cleanup_tombstones}; }
 
 inline std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
   return by_key_width(geometry, [&](auto key_words) { return make_cpu_backend_for<key_words.value>(config, geometry); });
@@ -86,13 +92,28 @@ inline BatchRef make_batch_ref(const TableConfig& c, const Geometry& g, const Ba
 }
 
 inline TableStats make_stats(const Geometry& g, const Counters& c, const PassStats& p) {
+  const auto tier = [&](const TierGeometry& t, std::uint64_t items, std::uint64_t tombstones) {
+    TierStats s;
+    s.items = items;
+    s.tombstones = tombstones;
+    s.capacity = t.capacity;
+    s.max_items = t.max_items;
+    s.board_bytes = t.board_words * sizeof(std::uint64_t) + t.tag_bytes;
+    s.slot_bytes = t.capacity * g.slot_stride;
+    return s;
+  };
+  const TierStats device = tier(g.device, c.items, c.tombstones);
   TableStats s;
-  s.items = c.items;
-  s.tombstones = c.tombstones;
-  s.capacity = g.capacity;
-  s.max_items = g.max_items;
-  s.board_bytes = g.board_words * sizeof(std::uint64_t);
-  s.slot_bytes = g.capacity * g.slot_stride;
+  s.items = device.items;
+  s.tombstones = device.tombstones;
+  s.capacity = device.capacity;
+  s.max_items = device.max_items;
+  s.board_bytes = device.board_bytes;
+  s.slot_bytes = device.slot_bytes;
+  s.host = tier(g.host, c.host_items, c.host_tombstones);
+  s.host_reads = c.host_reads;
+  s.host_writes = c.host_writes;
+  s.host_avoided = c.host_avoided;
   s.batches = p.passes;
   s.conflict_ops = p.conflict_ops;
   s.cleanups = p.cleanups;

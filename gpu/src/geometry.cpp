@@ -21,6 +21,24 @@ bool is_prime(std::uint64_t n) {
   return true;
 }
 
+// A tier of `slots` slots asked for: a prime number of probe units, and the limits derived from it.
+TierGeometry tier_geometry(const TableConfig& c, std::uint64_t slots) {
+  TierGeometry t;
+  const std::uint64_t per_word = 64 / c.ticket_bits;
+  if (c.probing == Probing::kGroup) {
+    t.units = next_prime(std::max<std::uint64_t>(2, (slots + per_word - 1) / per_word));
+    t.capacity = t.units * per_word;
+  } else {
+    t.units = next_prime(std::max<std::uint64_t>(2, slots));
+    t.capacity = t.units;
+  }
+  t.board_words = (t.capacity + per_word - 1) / per_word;
+  t.max_items = static_cast<std::uint64_t>(std::floor(c.max_load_factor * static_cast<double>(t.capacity)));
+  t.cleanup_tombstones =
+      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(c.cleanup_tombstones * static_cast<double>(t.capacity))));
+  return t;
+}
+
 }  // namespace
 
 std::uint64_t next_prime(std::uint64_t n) {
@@ -50,23 +68,21 @@ Geometry make_geometry(const TableConfig& c) {
   if (c.max_batch == 0 || c.max_batch > kMaxPassOps) {
     reject("max_batch must be 1.." + std::to_string(kMaxPassOps) + ", got " + std::to_string(c.max_batch));
   }
-
+  // Host slot indices must fit the 40 bits a host-queue entry gives them (batch_ref.hpp).
+  constexpr std::uint64_t kMaxHostCapacity = std::uint64_t{1} << 39;
+  if (c.host_capacity > kMaxHostCapacity) {
+    reject("host_capacity must be 0.." + std::to_string(kMaxHostCapacity) + " slots, got " +
+           std::to_string(c.host_capacity));
+  }
   Geometry g;
   g.key_words = c.key_width / 8;
   g.value_stride = value_stride(c.value_width);
   g.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + g.value_stride);
-  const std::uint64_t per_word = 64 / c.ticket_bits;
-  if (c.probing == Probing::kGroup) {
-    g.units = next_prime(std::max<std::uint64_t>(2, (c.capacity + per_word - 1) / per_word));
-    g.capacity = g.units * per_word;
-  } else {
-    g.units = next_prime(std::max<std::uint64_t>(2, c.capacity));
-    g.capacity = g.units;
+  g.device = tier_geometry(c, c.capacity);
+  if (c.host_capacity != 0) {
+    g.host = tier_geometry(c, c.host_capacity);
+    g.host.tag_bytes = g.host.capacity;
   }
-  g.board_words = (g.capacity + per_word - 1) / per_word;
-  g.max_items = static_cast<std::uint64_t>(std::floor(c.max_load_factor * static_cast<double>(g.capacity)));
-  g.cleanup_tombstones =
-      std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(c.cleanup_tombstones * static_cast<double>(g.capacity))));
   return g;
 }
 

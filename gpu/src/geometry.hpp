@@ -7,15 +7,22 @@
 
 namespace gpukv::detail {
 
-struct Geometry {
-  std::uint32_t key_words = 0;      // key_width / 8
-  std::uint32_t value_stride = 0;   // value bytes per slot and per batch entry
-  std::uint32_t slot_stride = 0;    // bytes per slot
+// One tier's sizes. A tier with capacity 0 does not exist.
+struct TierGeometry {
   std::uint64_t units = 0;          // probe units, a prime
   std::uint64_t capacity = 0;       // slots
   std::uint64_t board_words = 0;    // 64-bit ticket words
+  std::uint64_t tag_bytes = 0;      // host tier: a tag byte per slot beside the board (table_ref.hpp)
   std::uint64_t max_items = 0;      // live keys allowed
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
+};
+
+struct Geometry {
+  std::uint32_t key_words = 0;      // key_width / 8
+  std::uint32_t value_stride = 0;   // value bytes per slot and per batch entry
+  std::uint32_t slot_stride = 0;    // bytes per slot (both tiers)
+  TierGeometry device;
+  TierGeometry host;
 };
 
 // Throws Error(kInvalidArgument) with a message naming the bad setting.

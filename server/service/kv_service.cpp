@@ -94,15 +94,23 @@ void KvService::detach() { batcher_.store(nullptr); }
 void KvService::update_stats(const TableStats& s, std::uint64_t batch_ops) {
   std::lock_guard lock(stats_mutex_);
   stats_.clear_tiers();
-  v1::TierStats* tier = stats_.add_tiers();
-  tier->set_name("device");
-  tier->set_items(s.items);
-  tier->set_capacity(s.capacity);
-  tier->set_max_items(s.max_items);
-  tier->set_bytes(s.board_bytes + s.slot_bytes);
+  const auto add_tier = [&](const char* name, const TierStats& t) {
+    v1::TierStats* tier = stats_.add_tiers();
+    tier->set_name(name);
+    tier->set_items(t.items);
+    tier->set_capacity(t.capacity);
+    tier->set_max_items(t.max_items);
+    tier->set_bytes(t.board_bytes + t.slot_bytes);
+    tier->set_tombstones(t.tombstones);
+  };
+  add_tier("device", TierStats{s.items, s.tombstones, s.capacity, s.max_items, s.board_bytes, s.slot_bytes});
+  if (s.host.capacity != 0) add_tier("host", s.host);
+  stats_.set_host_reads(s.host_reads);
+  stats_.set_host_writes(s.host_writes);
+  stats_.set_host_reads_avoided(s.host_avoided);
   stats_.set_batches(s.batches);
   stats_.set_operations(stats_.operations() + batch_ops);
-  stats_.set_tombstones(s.tombstones);
+  stats_.set_tombstones(s.tombstones + s.host.tombstones);
   stats_.set_cleanups(s.cleanups);
 }
 

@@ -64,6 +64,14 @@ Metrics::Metrics(const std::string& address)
       capacity_(prometheus::BuildGauge().Name("gpukv_capacity_slots").Help("Slots, by tier").Register(*registry_)),
       tombstones_(prometheus::BuildGauge().Name("gpukv_tombstones").Help("Deleted slots not yet cleaned").Register(*registry_).Add({})),
       queued_(prometheus::BuildGauge().Name("gpukv_queued_ops").Help("Operations waiting for a batch").Register(*registry_).Add({})),
+      host_accesses_(prometheus::BuildCounter()
+                         .Name("gpukv_host_tier_accesses_total")
+                         .Help("Host-tier slot accesses: read (key comparisons), write (inserts and overwrites), "
+                               "avoided (reads the ticket-board's info bits ruled out)")
+                         .Register(*registry_)),
+      host_reads_(host_accesses_.Add({{"kind", "read"}})),
+      host_writes_(host_accesses_.Add({{"kind", "write"}})),
+      host_avoided_(host_accesses_.Add({{"kind", "avoided"}})),
       exposer_(address) {
   exposer_.RegisterCollectable(registry_);
 }
@@ -93,7 +101,18 @@ void Metrics::on_batch(const BatchReport& report, const TableStats& table, std::
   }
   items_.Add({{"tier", "device"}}).Set(static_cast<double>(table.items));
   capacity_.Add({{"tier", "device"}}).Set(static_cast<double>(table.capacity));
-  tombstones_.Set(static_cast<double>(table.tombstones));
+  if (table.host.capacity != 0) {
+    items_.Add({{"tier", "host"}}).Set(static_cast<double>(table.host.items));
+    capacity_.Add({{"tier", "host"}}).Set(static_cast<double>(table.host.capacity));
+  }
+  {
+    std::lock_guard lock(last_mutex_);
+    host_reads_.Increment(static_cast<double>(table.host_reads - last_.host_reads));
+    host_writes_.Increment(static_cast<double>(table.host_writes - last_.host_writes));
+    host_avoided_.Increment(static_cast<double>(table.host_avoided - last_.host_avoided));
+    last_ = table;
+  }
+  tombstones_.Set(static_cast<double>(table.tombstones + table.host.tombstones));
   queued_.Set(static_cast<double>(queued_ops));
 }
 

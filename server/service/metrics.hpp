@@ -11,6 +11,7 @@
 #include <grpcpp/support/status.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "batcher/batcher.hpp"
@@ -39,6 +40,13 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& capacity_;
   prometheus::Gauge& tombstones_;
   prometheus::Gauge& queued_;
+  // Host-tier traffic; the table keeps running totals, the counters grow by the difference.
+  prometheus::Family<prometheus::Counter>& host_accesses_;
+  prometheus::Counter& host_reads_;
+  prometheus::Counter& host_writes_;
+  prometheus::Counter& host_avoided_;
+  std::mutex last_mutex_;  // on_batch runs on the batcher's thread, and once on the starting thread
+  TableStats last_{};
   prometheus::Exposer exposer_;
 };
 

@@ -92,6 +92,10 @@ class Columns {
 };
 
 // The reference: a hash map, applied one op at a time in batch order.
+// Live keys and the most keys the table takes, over both tiers.
+inline std::uint64_t total_items(const TableStats& s) { return s.items + s.host.items; }
+inline std::uint64_t total_max_items(const TableStats& s) { return s.max_items + s.host.max_items; }
+
 class Model {
  public:
   explicit Model(std::uint64_t max_items) : max_items_(max_items) {}
@@ -104,7 +108,10 @@ class Model {
     table.execute(cols.in(), cols.out());
     check(cols, ops);
     if (testing::Test::HasFatalFailure()) return;
-    ASSERT_EQ(table.stats().items, map_.size()) << "the table's live-key count drifted from the model";
+    const TableStats stats = table.stats();
+    ASSERT_EQ(total_items(stats), map_.size()) << "the table's live-key count drifted from the model";
+    ASSERT_LE(stats.items, stats.max_items) << "the device tier went past its maximum load";
+    ASSERT_LE(stats.host.items, stats.host.max_items) << "the host tier went past its maximum load";
   }
 
   void check(const Columns& cols, const std::vector<Op>& ops) {
@@ -167,7 +174,7 @@ class Model {
       ASSERT_EQ(cols.value(i), v);
       ++i;
     }
-    ASSERT_EQ(table.stats().items, map_.size());
+    ASSERT_EQ(total_items(table.stats()), map_.size());
   }
 
   const std::unordered_map<std::string, std::string>& map() const { return map_; }

@@ -1,6 +1,7 @@
 // The table against std::unordered_map over long random mixed sequences: inserts, overwrites,
 // PUT_IF_ABSENT, deletes and re-inserts, hot keys repeated inside one batch, fills up to the maximum load
-// factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes and backends.
+// factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes and backends,
+// with one tier and with a host tier that the device tier spills into.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,13 +26,18 @@ struct ModelCase {
   unsigned cpu_threads = 0;
   double max_load = 0.95;
   LaneMode lanes = LaneMode::kAuto;
+  std::uint64_t host_capacity = 0;  // host-tier slots (0: none)
+  bool order_host = true;           // the ordered host phase (else host accesses happen in the walk)
+  std::uint32_t host_phase_threads = 0;
 };
 
 std::string case_name(const ModelCase& c) {
   return std::string(to_string(c.backend)) + "_k" + std::to_string(c.key_width) + "_v" + std::to_string(c.value_width) +
          "_t" + std::to_string(c.ticket_bits) + "_" + to_string(c.probing) + "_cap" + std::to_string(c.capacity) +
          "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100)) + "_" +
-         to_string(c.lanes);
+         to_string(c.lanes) + (c.host_capacity != 0 ? "_host" + std::to_string(c.host_capacity) : "") +
+         (c.order_host ? "" : "_unordered") +
+         (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "");
 }
 std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
 // How gtest prints a case (its default dumps the struct's bytes, padding included).
@@ -58,8 +64,11 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   config.max_batch = c.max_batch;
   config.cpu_threads = c.cpu_threads;
   config.lanes = c.lanes;
+  config.host_capacity = c.host_capacity;
+  config.order_host = c.order_host;
+  config.host_phase_threads = c.host_phase_threads;
   Table table(config);
-  const std::uint64_t max_items = table.stats().max_items;
+  const std::uint64_t max_items = total_max_items(table.stats());
   Model model(max_items);
   Generator gen(seed, c.key_width, c.value_width);
 
@@ -109,6 +118,14 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   // The workload itself must have reached the cases it is for (shortened runs, as under TSan, may not fill).
   if (scale() >= 1.0) EXPECT_GT(model.fulls(), 0u) << "the sequence never filled the table";
   EXPECT_GT(stats.conflict_ops, 0u) << "no batch repeated a key";
+  if (c.host_capacity != 0) {
+    // The sequence filled the device tier, spilled, and exercised the host tier's every path.
+    EXPECT_GT(stats.host_writes, 0u) << "no key ever reached the host tier";
+    EXPECT_GT(stats.host_reads, 0u);
+    // Every ticket size rules reads out: a 2-bit ticket has a single FULL code, but the tag byte still
+    // tells keys apart.
+    EXPECT_GT(stats.host_avoided, 0u);
+  }
 }
 
 class TableModelTest : public testing::TestWithParam<ModelCase> {
@@ -139,12 +156,30 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
   v.push_back({backend, 8, 8, 8, Probing::kGroup, 2000, ops(150000), /*max_batch=*/97});
   v.push_back({backend, 16, 16, 4, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0});
   v.push_back({backend, 8, 8, 8, Probing::kGroup, 60000, ops(1000000)});
+  // Two tiers: the device tier fills and new keys spill to the host tier; the churn then deletes, overwrites
+  // and re-inserts keys in both, with both tiers close to full.
+  const auto tiered = [&](ModelCase c, std::uint64_t host) {
+    c.host_capacity = host;
+    v.push_back(c);
+  };
+  tiered({backend, 8, 8, 8, Probing::kGroup, 1000, ops(250000)}, 3000);
+  tiered({backend, 16, 128, 4, Probing::kSingle, 700, ops(150000)}, 2000);
+  tiered({backend, 32, 8, 2, Probing::kGroup, 500, ops(150000), /*max_batch=*/97}, 1500);
+  tiered({backend, 8, 13, 8, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0}, 600);
+  tiered({backend, 8, 8, 8, Probing::kGroup, 20000, ops(1000000)}, 60000);
+  ModelCase in_the_walk{backend, 16, 16, 8, Probing::kGroup, 1000, ops(150000)};
+  in_the_walk.order_host = false;
+  tiered(in_the_walk, 3000);
+  ModelCase narrow{backend, 8, 8, 4, Probing::kGroup, 1000, ops(150000)};
+  narrow.host_phase_threads = 256;
+  tiered(narrow, 3000);
   if (backend == BackendKind::kGpu) {
     // Both lane schedules of the GPU's probing kernel, each on its own for the whole sequence.
     for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {
       v.push_back({backend, 8, 8, 8, Probing::kGroup, 20000, ops(500000), 1 << 20, 0, 0.95, lanes});
       v.push_back({backend, 16, 128, 4, Probing::kSingle, 4000, ops(200000), 1 << 20, 0, 0.95, lanes});
       v.push_back({backend, 32, 8, 2, Probing::kGroup, 4000, ops(200000), 1 << 20, 0, 1.0, lanes});
+      tiered({backend, 8, 8, 8, Probing::kGroup, 4000, ops(300000), 1 << 20, 0, 0.95, lanes}, 12000);
     }
   }
   return v;

@@ -49,9 +49,18 @@ const char* to_string(LaneMode mode);
 struct TableConfig {
   std::uint32_t key_width = 8;         // bytes: 8, 16 or 32
   std::uint32_t value_width = 8;       // bytes: 8 .. kMaxValueWidth
-  std::uint64_t capacity = 1 << 20;    // slots asked for; the table rounds up to a prime number of probe units
+  std::uint64_t capacity = 1 << 20;    // device-tier slots asked for; rounded up to a prime number of probe units
+  // Host-tier slots asked for (0: no host tier). The host tier keeps its slots in pinned host memory mapped
+  // into the GPU's address space and its ticket-board in GPU memory; new keys go there once the device tier
+  // holds max_load_factor * capacity keys. On the CPU backend it is ordinary memory with the same logic.
+  std::uint64_t host_capacity = 0;
+  // Run a pass's host-tier accesses in a phase of their own, sorted by host address, with at most
+  // host_phase_threads GPU threads (0: as many as fit) so that the threads in flight touch a narrow window
+  // of host memory: random host access is bound by address translation, not bytes (ANCHORS.md).
+  bool order_host = true;
+  std::uint32_t host_phase_threads = 0;
   std::uint32_t ticket_bits = 8;       // ticket size on the board: 2, 4 or 8 bits (see ticket_board.hpp)
-  double max_load_factor = 0.95;       // live keys / capacity beyond which new keys get kFull
+  double max_load_factor = 0.95;       // live keys / slots beyond which a tier takes no new keys
   double cleanup_tombstones = 0.10;    // tombstones / capacity that triggers the parallel clean-up
   Probing probing = Probing::kGroup;
   BackendKind backend = BackendKind::kAuto;
@@ -90,13 +99,31 @@ struct BatchOut {
   std::uint32_t* value_lens = nullptr;
 };
 
-struct TableStats {
+// One tier's occupancy and size.
+struct TierStats {
   std::uint64_t items = 0;            // live keys
   std::uint64_t tombstones = 0;       // deleted slots not yet cleaned
-  std::uint64_t capacity = 0;         // slots
+  std::uint64_t capacity = 0;         // slots (0: the tier does not exist)
   std::uint64_t max_items = 0;        // floor(max_load_factor * capacity)
-  std::uint64_t board_bytes = 0;      // ticket-board size
+  std::uint64_t board_bytes = 0;      // ticket-board size (always in GPU memory on the GPU backend)
   std::uint64_t slot_bytes = 0;       // slot storage size
+};
+
+struct TableStats {
+  // The device tier's figures (kept flat: most tables have no host tier).
+  std::uint64_t items = 0;
+  std::uint64_t tombstones = 0;
+  std::uint64_t capacity = 0;
+  std::uint64_t max_items = 0;
+  std::uint64_t board_bytes = 0;
+  std::uint64_t slot_bytes = 0;
+  TierStats host;                     // the host tier; host.capacity == 0 if the table has none
+  // Host-tier traffic since the table was created: slots read (key comparisons, each one access to host
+  // memory), slots written (new keys and overwrites), and slots the ticket-board's info bits ruled out
+  // without reading them (an occupied ticket on the walk whose info code differed from the key's).
+  std::uint64_t host_reads = 0;
+  std::uint64_t host_writes = 0;
+  std::uint64_t host_avoided = 0;
   std::uint64_t batches = 0;          // device passes run
   std::uint64_t conflict_ops = 0;     // ops that shared their key with another op of the same pass
   std::uint64_t cleanups = 0;         // tombstone clean-ups run

@@ -42,8 +42,9 @@ class CpuExecutor {
 
   CpuExecutor(ThreadPool& pool, Counters* counters) : pool_(pool), counters_(counters) {}
 
+  // `gpu_threads` narrows a GPU launch; host threads have no such window to narrow.
   template <class F>
-  void for_each(std::uint64_t n, const F& f) {
+  void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
     pool_.parallel_for(n, kGrain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;
       for (std::uint64_t i = begin; i < end; ++i) f(i, tally);
@@ -56,21 +57,20 @@ class CpuExecutor {
     for_each(n, f);
   }
   void zero(void* p, std::uint64_t bytes) { std::memset(p, 0, bytes); }
-  void sort(std::uint64_t* keys, std::uint64_t n) { std::sort(keys, keys + n); }
+  void sort(std::uint64_t* keys, std::uint64_t n, int /*bits*/) { std::sort(keys, keys + n); }
   Counters read_counters() const { return *counters_; }
   void write_counters(const Counters& c) { *counters_ = c; }
-  HostBuffer allocate(std::uint64_t bytes) { return HostBuffer(bytes, /*nothrow=*/true); }
+  // Both tiers are host memory here.
+  HostBuffer allocate(std::uint64_t bytes, bool /*host_tier*/) { return HostBuffer(bytes, /*nothrow=*/true); }
 
  private:
   void add(const Tally& t) {
-    add(t.items, counters_->items);
-    add(t.tombstones, counters_->tombstones);
-    add(t.pending, counters_->pending);
-    add(t.writes, counters_->writes);
-  }
-  static void add(long long delta, unsigned long long& counter) {
-    // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
-    if (delta != 0) atomic_ref<unsigned long long>(counter).fetch_add(static_cast<unsigned long long>(delta), memory_order_relaxed);
+    add_tally(t, counters_, [](long long delta, unsigned long long* counter) {
+      // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
+      if (delta != 0) {
+        atomic_ref<unsigned long long>(*counter).fetch_add(static_cast<unsigned long long>(delta), memory_order_relaxed);
+      }
+    });
   }
 
   ThreadPool& pool_;
@@ -84,11 +84,17 @@ class CpuBackend final : public Backend {
       : config_(config),
         geometry_(g),
         pool_(config.cpu_threads),
-        board_(g.board_words * sizeof(std::uint64_t)),
-        slots_(g.capacity * g.slot_stride),
+        board_(g.device.board_words * sizeof(std::uint64_t)),
+        slots_(g.device.capacity * g.slot_stride),
+        host_board_(g.host.board_words * sizeof(std::uint64_t)),
+        host_slots_(g.host.capacity * g.slot_stride),
+        host_tags_(g.host.tag_bytes),
         exec_(pool_, &counters_),
-        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, &counters_, g.max_items,
-                g.cleanup_tombstones, config.lanes, config.clstash_load) {}
+        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data(), nullptr),
+                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
+                exec_, &counters_,
+                limits_of(g.device), limits_of(g.host), HostPhase{config.order_host, config.host_phase_threads},
+                config.lanes, config.clstash_load) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
@@ -106,10 +112,15 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   HostBuffer board_;
   HostBuffer slots_;
+  // The host tier: on this backend the same kind of memory as the "device" tier, with the same logic.
+  HostBuffer host_board_;
+  HostBuffer host_slots_;
+  HostBuffer host_tags_;
   HostBuffer groups_;
   HostBuffer group_of_;
   HostBuffer conflicts_;
   HostBuffer pending_;
+  HostBuffer host_queue_;
   // Pass scratch, grown to the largest pass seen so far.
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {
@@ -118,10 +129,11 @@ class CpuBackend final : public Backend {
       group_of_ = HostBuffer(bytes.group_of);
       conflicts_ = HostBuffer(bytes.conflicts);
       pending_ = HostBuffer(bytes.pending);
+      host_queue_ = HostBuffer(bytes.host_queue);
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       pending_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
   }
 
   Counters counters_{};

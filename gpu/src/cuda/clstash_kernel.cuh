@@ -44,7 +44,7 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
   bool walking = false;  // this lane holds an unfinished walk
   // Advances this lane's walk by one unit; applies the op when the walk ends.
   const auto advance = [&] {
-    if (walking && f.e.step(w.probe)) {
+    if (walking && f.e.step(w.probe, tally)) {
       // The op is loaded only now: carrying it on the shelf would cost shared memory and registers.
       f.finish(w.op, w.probe, load_op(f.e.batch, w.op), tally);
       walking = false;

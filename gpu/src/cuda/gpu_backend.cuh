@@ -49,10 +49,7 @@ __device__ __forceinline__ void flush_delta(long long delta, unsigned long long*
 }
 
 __device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
-  flush_delta(tally.items, &counters->items);
-  flush_delta(tally.tombstones, &counters->tombstones);
-  flush_delta(tally.pending, &counters->pending);
-  flush_delta(tally.writes, &counters->writes);
+  add_tally(tally, counters, [](long long delta, unsigned long long* counter) { flush_delta(delta, counter); });
 }
 
 // Runs f(i, tally) for i in [0, n) over the whole grid.
@@ -109,10 +106,12 @@ class CudaExecutor {
   CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
       : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
 
+  // `max_threads` (0: no limit) caps the grid below what fits on the device.
   template <class F>
-  void for_each(std::uint64_t n, const F& f) {
+  void for_each(std::uint64_t n, const F& f, std::uint32_t max_threads = 0) {
     if (n == 0) return;
-    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    if (max_threads != 0) needed = std::min<std::uint64_t>(needed, (max_threads + kBlockThreads - 1) / kBlockThreads);
     const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
     clock_.begin(stream_, F::kName);
     for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
@@ -145,16 +144,16 @@ class CudaExecutor {
     clock_.end(stream_);
   }
 
-  // Deferred ops are (group entry << 32 | op) with entries below 2^25: sort only the bits in use.
-  void sort(std::uint64_t* keys, std::uint64_t n) {
-    const std::uint64_t top = std::bit_width(std::uint64_t{kMaxPassOps} * 2) + 32;
+  // Radix sort of the low `top` bits only: the callers' keys have nothing above them.
+  void sort(std::uint64_t* keys, std::uint64_t n, int top) {
     if (n > sort_capacity_) {
       std::size_t bytes = 0;
       cub::DoubleBuffer<std::uint64_t> none(nullptr, nullptr);
-      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, static_cast<int>(top)));
+      // Sized for all 64 bits, so that any caller's bit range fits the same scratch.
+      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, 64));
       GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      sort_temp_ = DeviceBuffer(bytes, "sort scratch");
-      sort_alt_ = DeviceBuffer(n * sizeof(std::uint64_t), "sort scratch");
+      sort_temp_ = GpuBuffer(bytes, "sort scratch");
+      sort_alt_ = GpuBuffer(n * sizeof(std::uint64_t), "sort scratch");
       sort_capacity_ = n;
     }
     clock_.begin(stream_, "sort");
@@ -182,9 +181,10 @@ class CudaExecutor {
 
   void report(std::uint64_t ops) { clock_.report(ops); }
 
-  DeviceBuffer allocate(std::uint64_t bytes) {
+  // The host tier's clean-up scratch is pinned host memory too: it can be as large as the tier.
+  GpuBuffer allocate(std::uint64_t bytes, bool host_tier) {
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return DeviceBuffer::try_allocate(bytes);
+    return GpuBuffer::try_allocate(bytes, host_tier ? GpuMemory::kMappedHost : GpuMemory::kDevice);
   }
 
  private:
@@ -193,8 +193,8 @@ class CudaExecutor {
   Counters* counters_;
   PinnedBuffer readback_;
   std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
-  DeviceBuffer sort_temp_;
-  DeviceBuffer sort_alt_;
+  GpuBuffer sort_temp_;
+  GpuBuffer sort_alt_;
   StepClock clock_;
 };
 
@@ -225,14 +225,14 @@ class DeviceColumns {
  public:
   void reserve(std::uint64_t n, std::uint32_t key_width, std::uint32_t value_stride) {
     if (n <= capacity_) return;
-    ops_ = DeviceBuffer(n, "batch ops");
-    keys_ = DeviceBuffer(n * key_width, "batch keys");
-    key_lens_ = DeviceBuffer(n, "batch key lengths");
-    values_ = DeviceBuffer(n * value_stride, "batch values");
-    value_lens_ = DeviceBuffer(n * sizeof(std::uint32_t), "batch value lengths");
-    status_ = DeviceBuffer(n, "batch results");
-    out_values_ = DeviceBuffer(n * value_stride, "batch result values");
-    out_value_lens_ = DeviceBuffer(n * sizeof(std::uint32_t), "batch result lengths");
+    ops_ = GpuBuffer(n, "batch ops");
+    keys_ = GpuBuffer(n * key_width, "batch keys");
+    key_lens_ = GpuBuffer(n, "batch key lengths");
+    values_ = GpuBuffer(n * value_stride, "batch values");
+    value_lens_ = GpuBuffer(n * sizeof(std::uint32_t), "batch value lengths");
+    status_ = GpuBuffer(n, "batch results");
+    out_values_ = GpuBuffer(n * value_stride, "batch result values");
+    out_value_lens_ = GpuBuffer(n * sizeof(std::uint32_t), "batch result lengths");
     capacity_ = n;
   }
   BatchIn in(std::uint64_t n) const {
@@ -242,7 +242,7 @@ class DeviceColumns {
 
  private:
   std::uint64_t capacity_ = 0;
-  DeviceBuffer ops_, keys_, key_lens_, values_, value_lens_, status_, out_values_, out_value_lens_;
+  GpuBuffer ops_, keys_, key_lens_, values_, value_lens_, status_, out_values_, out_value_lens_;
 };
 
 template <class Ref>
@@ -252,14 +252,21 @@ class GpuBackend final : public Backend {
       : config_(config),
         geometry_(g),
         device_(select_device(config.gpu_device)),
-        board_(g.board_words * sizeof(std::uint64_t), "the ticket-board"),
-        slots_(g.capacity * g.slot_stride, "the slots"),
+        board_(g.device.board_words * sizeof(std::uint64_t), "the ticket-board"),
+        slots_(g.device.capacity * g.slot_stride, "the slots"),
+        host_board_(g.host.board_words * sizeof(std::uint64_t), "the host tier's ticket-board"),
+        host_slots_(g.host.capacity * g.slot_stride, "the host tier's slots", GpuMemory::kMappedHost),
+        host_tags_(g.host.tag_bytes, "the host tier's tags"),
         counters_(sizeof(Counters), "counters"),
         exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
-        runner_(make_table_ref<Ref>(g, board_.as<std::uint64_t>(), slots_.data()), exec_, counters_.as<Counters>(),
-                g.max_items, g.cleanup_tombstones, config.lanes, config.clstash_load) {
+        runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data(), nullptr),
+                make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
+                exec_,
+                counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
+                HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
     exec_.zero(board_.data(), board_.bytes());
+    if (!host_board_.empty()) exec_.zero(host_board_.data(), host_board_.bytes());
     exec_.write_counters(Counters{});
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
   }
@@ -322,31 +329,36 @@ class GpuBackend final : public Backend {
   Geometry geometry_;
   int device_;
   StreamHandle stream_;
-  DeviceBuffer board_;
-  DeviceBuffer slots_;
+  GpuBuffer board_;
+  GpuBuffer slots_;
+  GpuBuffer host_board_;  // the host tier's tickets stay in GPU memory: rejecting a key there costs no PCIe
+  GpuBuffer host_slots_;  // mapped pinned host memory
+  GpuBuffer host_tags_;   // beside the host tier's board, in GPU memory
   // Pass scratch, grown to the largest pass seen so far (growing waits for the stream first).
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {
       GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
       const ScratchBytes bytes = scratch_bytes(n);
-      groups_ = DeviceBuffer(bytes.groups, "batch grouping");
-      group_of_ = DeviceBuffer(bytes.group_of, "batch grouping");
-      conflicts_ = DeviceBuffer(bytes.conflicts, "deferred ops");
-      pending_ = DeviceBuffer(bytes.pending, "pass results");
+      groups_ = GpuBuffer(bytes.groups, "batch grouping");
+      group_of_ = GpuBuffer(bytes.group_of, "batch grouping");
+      conflicts_ = GpuBuffer(bytes.conflicts, "deferred ops");
+      pending_ = GpuBuffer(bytes.pending, "pass results");
+      host_queue_ = GpuBuffer(bytes.host_queue, "host-tier ops");
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       pending_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
   }
 
-  DeviceBuffer counters_;
+  GpuBuffer counters_;
   CudaExecutor exec_;
   PassRunner<Ref, CudaExecutor> runner_;
   std::uint64_t scratch_ops_ = 0;
-  DeviceBuffer groups_;
-  DeviceBuffer group_of_;
-  DeviceBuffer conflicts_;
-  DeviceBuffer pending_;
+  GpuBuffer groups_;
+  GpuBuffer group_of_;
+  GpuBuffer conflicts_;
+  GpuBuffer pending_;
+  GpuBuffer host_queue_;
   DeviceColumns staging_;
 };
 

@@ -61,13 +61,20 @@ struct BatchRef {
   }
 };
 
-// Table-wide counters in device (or host) memory, updated with atomics.
+// Table-wide counters in device (or host) memory, updated with atomics. items and tombstones count the
+// device tier, host_items and host_tombstones the host tier.
 struct Counters {
   unsigned long long items;       // live keys, including keys being written in the current pass
   unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions
+  unsigned long long host_items;
+  unsigned long long host_tombstones;
+  unsigned long long host_reads;    // since creation: host slots read (see TableStats)
+  unsigned long long host_writes;   // since creation: host slots written
+  unsigned long long host_avoided;  // since creation: host slot reads the info bits ruled out
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
   unsigned long long writes;      // this pass: PUT, PUT_IF_ABSENT and DELETE ops (counted by GroupOp)
+  unsigned long long host_queued;  // this pass: ops deferred to the ordered host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
 };
@@ -78,11 +85,38 @@ struct Tally {
   long long tombstones = 0;
   long long pending = 0;
   long long writes = 0;
+  long long host_items = 0;
+  long long host_tombstones = 0;
+  long long host_reads = 0;
+  long long host_writes = 0;
+  long long host_avoided = 0;
 };
 
+// Calls add(delta, &counter) for every field of a tally: the one list both backends flush.
+template <class Add>
+GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
+  add(t.items, &c->items);
+  add(t.tombstones, &c->tombstones);
+  add(t.pending, &c->pending);
+  add(t.writes, &c->writes);
+  add(t.host_items, &c->host_items);
+  add(t.host_tombstones, &c->host_tombstones);
+  add(t.host_reads, &c->host_reads);
+  add(t.host_writes, &c->host_writes);
+  add(t.host_avoided, &c->host_avoided);
+}
+
 // What FinishPass does for one op: nothing, or set the BUSY ticket of a slot to a code (FULL for a new
-// key, TOMBSTONE for a deleted one), packed as (slot << 8 | code).
+// key, TOMBSTONE for a deleted one), packed as (tier << 62 | slot << 8 | code). Slots are below 2^41.
 inline constexpr std::uint64_t kNothingPending = ~std::uint64_t{0};
+inline constexpr std::uint64_t kPendingHostTier = std::uint64_t{1} << 62;
+GPUKV_HD_INLINE std::uint64_t pending_code(bool in_host, std::uint64_t slot, std::uint64_t code) {
+  return (in_host ? kPendingHostTier : 0) | (slot << 8) | code;
+}
+
+// An entry of PassRef::host_queue is (host slot << kHostQueueOpBits | op): ops fit in 24 bits
+// (kMaxPassOps) and slots in 40, so sorting entries sorts ops by host address.
+inline constexpr int kHostQueueOpBits = 24;
 
 // Sentinel in group_of[] for an op rejected as malformed.
 inline constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
@@ -94,9 +128,12 @@ struct PassRef {
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
   std::uint64_t* pending;      // per op: what FinishPass does (kNothingPending or slot << 8 | code)
+  std::uint64_t* host_queue;   // ops deferred to the ordered host phase as (host slot << 24 | op)
   Counters* counters;
-  std::uint64_t max_items;
-  bool checked;                // reserve each new key against max_items (the pass may fill the table)
+  std::uint64_t max_items;       // device tier
+  std::uint64_t host_max_items;  // host tier (0 if there is none)
+  bool checked;                  // reserve each new key against max_items (the pass may fill the device tier)
+  bool host_live;                // the host tier held keys when the pass began, so lookups must walk it too
 };
 
 }  // namespace gpukv::detail

@@ -8,6 +8,8 @@
 //      Keys in their first unit stay: a lookup finds them with its first probe, whatever else is empty.
 //   2. CleanupReinsert, one thread per extracted key: insert it again by the normal claim path.
 //
+// Each tier is cleaned on its own (CleanupWord holds one tier), and its keys stay in it.
+//
 // Every extraction must finish before any reinsertion (a reinserted key must not be overtaken by an EMPTY
 // made later on its sequence), hence two steps. CleanupCount sizes the buffer first.
 #pragma once
@@ -99,7 +101,7 @@ struct CleanupReinsert {
   CleanupWord<Ref> w;
   const std::uint8_t* buffer;
   Counters* counters;
-  GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
+  GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
     using Codec = typename Ref::Codec;
     const Ref& table = w.table;
     const auto* from = reinterpret_cast<const std::uint64_t*>(buffer + i * table.slot_stride);
@@ -108,19 +110,16 @@ struct CleanupReinsert {
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) key.w[j] = j < table.key_words ? from[1 + j] : 0;
     const ProbePlan plan = plan_probe(hash_key(key, table.key_words), table.units);
-    Engine<Ref> engine{table, {}, {}};
-    Location at;
-    at.can_claim = true;
-    at.claim_unit = plan.first;
-    at.claim_probe = 0;
-    at.claim_tickets = engine.first_tickets(plan);
     std::uint64_t slot;
-    if (!engine.claim(at, plan, slot, tally)) {  // cannot happen: every extracted key left an EMPTY behind
+    long long tombstones = 0;  // none left: clean-up turned them all EMPTY
+    if (!claim_ticket(table, plan.first, 0, plan.step, table.board.load(table.word_of(plan.first)), slot, tombstones)) {
+      // Cannot happen: every extracted key left an EMPTY behind in its tier.
       atomic_ref<unsigned long long>(counters->lost).fetch_add(1, memory_order_relaxed);
       return;
     }
     auto* to = reinterpret_cast<std::uint64_t*>(table.slot(slot));
     for (std::uint32_t j = 0; j < table.slot_stride / 8; ++j) to[j] = from[j];
+    if (table.tags != nullptr) table.tags[slot] = Ref::tag_of(plan.info);
     // Nothing reads the table during clean-up; the kernel boundary makes the slot visible with its ticket.
     table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
                      Codec::info_code(plan.info));

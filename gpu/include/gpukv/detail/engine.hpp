@@ -6,8 +6,16 @@
 // registers (present? whose value?), so a hot key that appears thousands of times in a batch costs one walk,
 // and intermediate values are never written.
 //
+// Two tiers (Stadium Hashing, "Efficient Out-of-core Performance"): the device tier and an optional host
+// tier whose slots are in pinned host memory and whose ticket-board is in GPU memory. Both are TableRefs of
+// one type. A key lives in at most one tier. The walk covers the device tier, then, if the key was not
+// found and the host tier held keys when the pass began, the host tier: its tickets are in GPU memory, so a
+// lookup they reject crosses no PCIe, and only a ticket whose info code matches costs a host read. A new
+// key is placed in the device tier while it has room (max_load_factor), else in the host tier, with one
+// host write. An overwrite or delete acts where the key is.
+//
 // Invariants that make concurrent ops on different keys safe:
-//  * A key lives in at most one slot, and only the thread running that key changes it in a pass.
+//  * A key lives in at most one slot of one tier, and only the thread running that key changes it in a pass.
 //  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
@@ -28,21 +36,25 @@
 
 namespace gpukv::detail {
 
-// Where a key is, or where its insert may begin.
+// Where a key is, or where its insert into the device tier may begin.
 struct Location {
-  bool hit = false;
   std::uint64_t slot = 0;          // valid if hit
-  bool can_claim = false;          // an available ticket was seen on the probe sequence
-  std::uint64_t claim_unit = 0;    // the first unit where one was seen
+  std::uint64_t claim_unit = 0;    // device tier: the first unit where an available ticket was seen
   std::uint64_t claim_probe = 0;   // its position in the probe sequence
+  std::uint64_t claim_step = 0;    // the device tier's probe step
   std::uint64_t claim_tickets = 0; // that unit's board word as seen then (claim() starts from it)
+  bool hit = false;
+  bool in_host = false;            // the walk went on into the host tier (and the hit, if any, is there)
+  bool can_claim = false;          // an available device-tier ticket was seen on the probe sequence
+  bool host_read = false;          // stopped before reading host slot `slot` (Engine::stop_at_host)
+  std::uint32_t host_avoided = 0;  // host slot reads the info bits ruled out (added to the tally by apply())
 };
 
 // One key's walk along its probe sequence, resumable a unit at a time: Stash walks it to the end in one
 // thread; clStash parks unfinished walks in shared memory and hands them to idle lanes (clstash_kernel.cuh).
 struct Probe {
   KeyWords key;
-  ProbePlan plan;
+  ProbePlan plan;         // the plan of the tier being walked (the info is the same in both tiers)
   std::uint64_t code;     // the key's info code
   std::uint64_t unit;     // the next unit to examine
   std::uint64_t probe;    // its position in the sequence
@@ -50,13 +62,46 @@ struct Probe {
   Location at;            // the outcome so far; final once step() returns true
 };
 
+// Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
+// whose board word the caller saw as `tickets`. Returns false if none is left. A reused tombstone is
+// subtracted from `tombstones`.
+template <class Ref>
+GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
+                           std::uint64_t tickets, std::uint64_t& slot, long long& tombstones) {
+  using Codec = typename Ref::Codec;
+  const std::uint64_t first_probe = probe;  // a stale view of its word only costs a failed CAS, which refreshes it
+  for (; probe < t.units; ++probe) {
+    const std::uint64_t word = t.word_of(unit);
+    const std::uint64_t lanes = t.lanes_of(unit);
+    if (probe != first_probe) tickets = t.board.load(word);
+    for (std::uint64_t open = Codec::available(tickets) & lanes; open != 0; open = Codec::available(tickets) & lanes) {
+      const int field = Codec::field_of(open);
+      const std::uint64_t code = Codec::field_code(tickets, field);
+      if (t.board.claim(word, field, tickets)) {  // refreshes `tickets` when it fails
+        if (code == Codec::kTombstone) tombstones -= 1;
+        slot = Ref::slot_of(word, field);
+        return true;
+      }
+    }
+    unit = next_unit(unit, step, t.units);
+  }
+  return false;
+}
+
 template <class Ref>
 struct Engine {
   using Codec = typename Ref::Codec;
 
-  Ref table;
+  Ref table;  // the device tier
+  Ref host;   // the host tier; host.units == 0 when the table has none
   BatchRef batch;
   PassRef pass;
+  // Stop a walk at its first host-tier candidate, before reading host memory, so that the op can be
+  // deferred to the ordered host phase (pass_ops.hpp).
+  bool stop_at_host = false;
+
+  // A tier by value: the two are selected field by field, so kernels keep them in registers.
+  GPUKV_HD_INLINE Ref tier(bool in_host) const { return in_host ? host : table; }
 
   // The board word of the plan's first unit: callers load it early, so that its latency overlaps other work.
   GPUKV_HD_INLINE std::uint64_t first_tickets(const ProbePlan& plan) const {
@@ -73,77 +118,129 @@ struct Engine {
     p.unit = plan.first;
     p.probe = 0;
     p.tickets = tickets;
+    p.at.claim_step = plan.step;
     return p;
   }
 
   // Examines one unit of the walk. Returns true when the walk is over: the key was found, or a unit with an
-  // EMPTY ticket proves it absent, or every unit has been seen.
-  GPUKV_HD bool step(Probe& p) const {
-    if (p.probe >= table.units) return true;
-    const std::uint64_t word = table.word_of(p.unit);
-    const std::uint64_t lanes = table.lanes_of(p.unit);
-    const std::uint64_t tickets = p.probe == 0 ? p.tickets : table.board.load(word);
-    for (std::uint64_t matches = Codec::match(tickets, p.code) & lanes; matches != 0; matches &= matches - 1) {
-      const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(matches));
-      if (table.key_equals(slot, p.key)) {
+  // EMPTY ticket (or the end of the sequence) proves it absent from every tier that may hold it.
+  GPUKV_HD bool step(Probe& p, Tally& tally) const {
+    const bool in_host = p.at.in_host;
+    const Ref t = tier(in_host);
+    if (p.probe >= t.units) return walk_host(p);
+    const std::uint64_t word = t.word_of(p.unit);
+    const std::uint64_t lanes = t.lanes_of(p.unit);
+    const std::uint64_t tickets = p.probe == 0 ? p.tickets : t.board.load(word);
+    std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
+    if (in_host) {
+      // Stash Figure 4: every occupied ticket whose info differs is a host read not made, and so is every
+      // match that the slot's tag byte rules out. Counted in the walk, added by apply(): a walk stopped for
+      // the ordered host phase is walked again there.
+      const std::uint64_t occupied =
+          ~(Codec::empty(tickets) | Codec::match(tickets, Codec::kBusy) | Codec::match(tickets, Codec::kTombstone)) & lanes;
+      std::uint32_t avoided = static_cast<std::uint32_t>(popcount(occupied & ~matches));
+      if (t.tags != nullptr) {
+        const std::uint8_t tag = Ref::tag_of(p.plan.info);
+        for (std::uint64_t m = matches; m != 0; m &= m - 1) {
+          if (t.tags[Ref::slot_of(word, Codec::field_of(m))] != tag) {
+            matches &= ~(m & (~m + 1));
+            avoided += 1;
+          }
+        }
+      }
+      p.at.host_avoided += avoided;
+      if (stop_at_host && matches != 0) {
+        p.at.host_read = true;
+        p.at.slot = Ref::slot_of(word, Codec::field_of(matches));
+        return true;
+      }
+    }
+    for (std::uint64_t m = matches; m != 0; m &= m - 1) {
+      const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
+      if (in_host) tally.host_reads += 1;
+      if (t.key_equals(slot, p.key)) {
         p.at.hit = true;
         p.at.slot = slot;
         return true;
       }
     }
-    if (!p.at.can_claim && (Codec::available(tickets) & lanes) != 0) {
+    if (!in_host && !p.at.can_claim && (Codec::available(tickets) & lanes) != 0) {
       p.at.can_claim = true;
       p.at.claim_unit = p.unit;
       p.at.claim_probe = p.probe;
       p.at.claim_tickets = tickets;
     }
-    if ((Codec::empty(tickets) & lanes) != 0) return true;
-    p.unit = next_unit(p.unit, p.plan.step, table.units);
+    if ((Codec::empty(tickets) & lanes) != 0) return walk_host(p);
+    p.unit = next_unit(p.unit, p.plan.step, t.units);
     p.probe += 1;
     return false;
   }
 
-  // Claims the first available ticket from where the walk saw one. Returns false if none is left.
-  GPUKV_HD bool claim(const Location& at, const ProbePlan& plan, std::uint64_t& slot, Tally& tally) const {
-    if (!at.can_claim) return false;
-    std::uint64_t unit = at.claim_unit;
-    std::uint64_t tickets = at.claim_tickets;  // a stale view only costs a failed CAS, which refreshes it
-    for (std::uint64_t probe = at.claim_probe; probe < table.units; ++probe) {
-      const std::uint64_t word = table.word_of(unit);
-      const std::uint64_t lanes = table.lanes_of(unit);
-      if (probe != at.claim_probe) tickets = table.board.load(word);
-      for (std::uint64_t open = Codec::available(tickets) & lanes; open != 0;
-           open = Codec::available(tickets) & lanes) {
-        const int field = Codec::field_of(open);
-        const std::uint64_t code = Codec::field_code(tickets, field);
-        if (table.board.claim(word, field, tickets)) {  // refreshes `tickets` when it fails
-          if (code == Codec::kTombstone) tally.tombstones -= 1;
-          slot = Ref::slot_of(word, field);
-          return true;
-        }
-      }
-      unit = next_unit(unit, plan.step, table.units);
-    }
+  // The device tier's walk ended without finding the key: go on into the host tier if it may hold it.
+  // Returns true if the walk is over.
+  GPUKV_HD bool walk_host(Probe& p) const {
+    if (p.at.in_host || !pass.host_live) return true;
+    p.at.in_host = true;
+    p.plan = plan_probe(hash_key(p.key, table.key_words), host.units);
+    p.unit = p.plan.first;
+    p.probe = 0;
+    p.tickets = host.board.load(host.word_of(p.unit));
     return false;
   }
 
-  // Counts a new key against max_items. Unchecked passes cannot overflow (the host saw room for every op).
-  GPUKV_HD bool reserve(Tally& tally) const {
-    if (!pass.checked) {
+  // Counts a new key against its tier's max_items. Unchecked passes cannot overflow the device tier (the
+  // host saw room there for every op).
+  GPUKV_HD bool reserve(bool in_host, Tally& tally) const {
+    if (!pass.checked && !in_host) {
       tally.items += 1;
       return true;
     }
-    atomic_ref<unsigned long long> items(pass.counters->items);
-    if (items.fetch_add(1, memory_order_relaxed) < pass.max_items) return true;
+    atomic_ref<unsigned long long> items(in_host ? pass.counters->host_items : pass.counters->items);
+    if (items.fetch_add(1, memory_order_relaxed) < (in_host ? pass.host_max_items : pass.max_items)) return true;
     items.fetch_sub(1, memory_order_relaxed);
     return false;
   }
-  GPUKV_HD void unreserve(Tally& tally) const {
-    if (pass.checked) {
-      atomic_ref<unsigned long long>(pass.counters->items).fetch_sub(1, memory_order_relaxed);
-    } else {
+  GPUKV_HD void unreserve(bool in_host, Tally& tally) const {
+    if (!pass.checked && !in_host) {
       tally.items -= 1;
+    } else {
+      atomic_ref<unsigned long long>(in_host ? pass.counters->host_items : pass.counters->items)
+          .fetch_sub(1, memory_order_relaxed);
     }
+  }
+
+  // True if a new key would now go to the host tier: the device tier is at its maximum load.
+  GPUKV_HD bool device_full() const {
+    return pass.checked &&
+           atomic_ref<unsigned long long>(pass.counters->items).load(memory_order_relaxed) >= pass.max_items;
+  }
+  // The host-tier slot where a new key's claim would begin.
+  GPUKV_HD std::uint64_t host_home(const KeyWords& key) const {
+    return Ref::slot_of(host.word_of(plan_probe(hash_key(key, table.key_words), host.units).first), 0);
+  }
+
+  // Finds a slot for a new key: in the device tier while it has room, else in the host tier. Returns false
+  // (and reserves nothing) if neither has room.
+  GPUKV_HD bool place(const Probe& p, std::uint64_t& slot, bool& in_host, Tally& tally) const {
+    const Location& at = p.at;
+    if (reserve(false, tally)) {
+      if (at.can_claim &&
+          claim_ticket(table, at.claim_unit, at.claim_probe, at.claim_step, at.claim_tickets, slot, tally.tombstones)) {
+        in_host = false;
+        return true;
+      }
+      unreserve(false, tally);
+    }
+    if (host.units == 0 || !reserve(true, tally)) return false;
+    // The host walk, if there was one, saw no room before its end only if there is none: claim from the start.
+    const ProbePlan plan = plan_probe(hash_key(p.key, table.key_words), host.units);
+    if (claim_ticket(host, plan.first, 0, plan.step, host.board.load(host.word_of(plan.first)), slot,
+                     tally.host_tombstones)) {
+      in_host = true;
+      return true;
+    }
+    unreserve(true, tally);
+    return false;
   }
 
   // A GET's value: `len` bytes at `from` (the slot's value, or the pass's latest write of this key).
@@ -160,7 +257,7 @@ struct Engine {
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
                         Tally& tally) const {
     Probe p = start(key, plan, tickets);
-    while (!step(p)) {
+    while (!step(p, tally)) {
     }
     apply(p, ops, tally);
   }
@@ -168,12 +265,11 @@ struct Engine {
   // Applies a key's ops, in order, once its walk is over (step() returned true).
   template <class Ops>
   GPUKV_HD void apply(const Probe& p, Ops ops, Tally& tally) const {
-    const KeyWords& key = p.key;
-    const ProbePlan& plan = p.plan;
-    const std::uint64_t code = p.code;
     const Location& at = p.at;
+    tally.host_avoided += at.host_avoided;
 
     std::uint64_t slot = at.slot;
+    bool slot_in_host = at.hit && at.in_host;
     bool have_slot = at.hit;  // a slot that holds, or will hold, this key
     bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
     bool present = at.hit;
@@ -193,7 +289,8 @@ struct Engine {
             if (written) {
               write_get(op, value.words, value.len);
             } else {
-              write_get(op, table.value_words_at(slot), *table.value_len(slot));
+              const Ref t = tier(slot_in_host);
+              write_get(op, t.value_words_at(slot), *t.value_len(slot));
             }
           }
           batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);
@@ -206,12 +303,7 @@ struct Engine {
           [[fallthrough]];
         case OpKind::kPut:
           if (!have_slot) {
-            if (!reserve(tally)) {
-              batch.set_status(op, OpStatus::kFull);
-              break;
-            }
-            if (!claim(at, plan, slot, tally)) {
-              unreserve(tally);
+            if (!place(p, slot, slot_in_host, tally)) {
               batch.set_status(op, OpStatus::kFull);
               break;
             }
@@ -231,24 +323,34 @@ struct Engine {
 
     // Commit: the final state of the key reaches the table once. A new or deleted slot stays BUSY until
     // FinishPass sets the code recorded here.
+    const Ref t = tier(slot_in_host);
+    long long& items = slot_in_host ? tally.host_items : tally.items;
+    long long& tombstones = slot_in_host ? tally.host_tombstones : tally.tombstones;
     std::uint64_t pending = kNothingPending;
     if (claimed) {
       if (present) {
-        table.store_new(slot, key, value);
-        pending = (slot << 8) | code;
+        t.store_new(slot, p.key, value);
+        if (slot_in_host) {
+          if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
+          tally.host_writes += 1;
+        }
+        pending = pending_code(slot_in_host, slot, p.code);
       } else {  // inserted and deleted within the pass: the claimed slot becomes a tombstone
-        pending = (slot << 8) | Codec::kTombstone;
-        tally.items -= 1;
-        tally.tombstones += 1;
+        pending = pending_code(slot_in_host, slot, Codec::kTombstone);
+        items -= 1;
+        tombstones += 1;
       }
     } else if (at.hit) {
       if (present) {
-        if (written) table.store_value(slot, value);
+        if (written) {
+          t.store_value(slot, value);
+          if (slot_in_host) tally.host_writes += 1;
+        }
       } else {
-        table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), code, Codec::kBusy);
-        pending = (slot << 8) | Codec::kTombstone;
-        tally.items -= 1;
-        tally.tombstones += 1;
+        t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code, Codec::kBusy);
+        pending = pending_code(slot_in_host, slot, Codec::kTombstone);
+        items -= 1;
+        tombstones += 1;
       }
     }
     if (pending != kNothingPending) tally.pending += 1;

@@ -5,6 +5,8 @@
 //   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
+//   (sort the ops ExecuteOp left for the host tier by host address)
+//   ExecuteHostOp  every such op, in host-address order: walk again and run it, reading host memory
 //   FinishPass     every op (if the pass changed any ticket): a BUSY ticket it left -> FULL or TOMBSTONE
 #pragma once
 
@@ -95,7 +97,25 @@ struct ExecuteOp {
   }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
+    if (e.stop_at_host && defer_to_host(op, p, in)) return;
     e.apply(p, OneOp{op, in}, tally);
+  }
+
+  // Leaves an op that must touch host memory to the ordered host phase: one whose walk stopped at a
+  // host-tier candidate, or the insert of a new key while the device tier is full. Random host accesses
+  // are bound by address translation (ANCHORS.md: 43 M/s over 8 GB, 750 M/s over 64 MB), so the phase
+  // runs them sorted by host address, and the threads in flight touch a narrow window at a time.
+  GPUKV_HD bool defer_to_host(std::uint64_t op, const Probe& p, const OpIn& in) const {
+    std::uint64_t slot;
+    if (p.at.host_read) {
+      slot = p.at.slot;
+    } else if (!p.at.hit && (in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent) && e.device_full()) {
+      slot = e.host_home(p.key);
+    } else {
+      return false;
+    }
+    e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = (slot << kHostQueueOpBits) | op;
+    return true;
   }
 
   // Stash: one walk per thread. The op's kind and value are loaded before the walk, so that their latency
@@ -104,9 +124,22 @@ struct ExecuteOp {
     Probe p;
     if (!begin(op, p)) return;
     const OpIn in = load_op(e.batch, op);
-    while (!e.step(p)) {
+    while (!e.step(p, tally)) {
     }
     finish(op, p, in, tally);
+  }
+};
+
+// Runs the ops ExecuteOp left for the host tier, in the sorted order of `queue`, each walked afresh (they
+// are alone in the pass: nobody else touches their keys) by an ExecuteOp whose engine reads host memory.
+template <class Ref>
+struct ExecuteHostOp {
+  static constexpr const char* kName = "ExecuteHostOp";
+  static constexpr bool kProbes = true;
+  ExecuteOp<Ref> execute;  // execute.e.stop_at_host is false
+  const std::uint64_t* queue;
+  GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
+    execute(queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1), tally);
   }
 };
 
@@ -179,13 +212,15 @@ template <class Ref>
 struct FinishPass {
   static constexpr const char* kName = "FinishPass";
   Ref table;
+  Ref host;
   const std::uint64_t* pending;
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t p = pending[op];
     if (p == kNothingPending) return;
-    const std::uint64_t slot = p >> 8;
-    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
+    const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
+    const std::uint64_t slot = (p & ~kPendingHostTier) >> 8;
+    board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
   }
 };
 

@@ -1,13 +1,15 @@
 // The host side of a pass and of a clean-up, written once for both backends. An Executor supplies the few
 // primitives that differ between a GPU and a pool of host threads:
 //
-//   for_each(n, f)          run f(i, tally) for i in [0, n), then add every thread's tally to the counters
+//   for_each(n, f, threads) run f(i, tally) for i in [0, n) (on at most `threads` GPU threads if not 0),
+//                           then add every thread's tally to the counters
 //   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
-//   sort(keys, n)           sort 64-bit keys ascending
+//   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
 //   read_counters()         wait for all submitted work, return the counters
 //   write_counters(c)       set the counters (ordered after submitted work)
-//   allocate(bytes)         scratch for clean-up; an object with data(), empty() on failure
+//   allocate(bytes, host)   scratch for clean-up (`host`: for the host tier, in host memory the kernels can
+//                           reach); an object with data(), empty() on failure
 #pragma once
 
 #include <algorithm>
@@ -22,10 +24,11 @@ namespace gpukv::detail {
 
 // Scratch for one pass of up to n operations (sizes from scratch_bytes()).
 struct PassScratch {
-  std::uint32_t* groups;     // group_entries(n) entries
-  std::uint32_t* group_of;   // n
-  std::uint64_t* conflicts;  // n
-  std::uint64_t* pending;    // n
+  std::uint32_t* groups;      // group_entries(n) entries
+  std::uint32_t* group_of;    // n
+  std::uint64_t* conflicts;   // n
+  std::uint64_t* pending;     // n
+  std::uint64_t* host_queue;  // n
 };
 
 // Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
@@ -33,12 +36,15 @@ inline std::uint64_t group_entries(std::uint64_t n) { return std::bit_ceil(std::
 
 // Byte sizes of the PassScratch arrays for a pass of n ops, in declaration order.
 struct ScratchBytes {
-  std::uint64_t groups, group_of, conflicts, pending;
+  std::uint64_t groups, group_of, conflicts, pending, host_queue;
 };
 inline ScratchBytes scratch_bytes(std::uint64_t n) {
   return ScratchBytes{group_entries(n) * sizeof(std::uint32_t), n * sizeof(std::uint32_t), n * sizeof(std::uint64_t),
-                      n * sizeof(std::uint64_t)};
+                      n * sizeof(std::uint64_t), n * sizeof(std::uint64_t)};
 }
+
+// Deferred same-key ops are (group entry << 32 | op) with entries below 2^25 (group_entries(kMaxPassOps)).
+inline constexpr int kConflictSortBits = 32 + 25;
 
 // When the GPU's probing step uses collaborative lanes (clStash). Decided on the device from the counters
 // GroupOp leaves, so that no host round trip sits between the two steps. Measured on an H200
@@ -59,6 +65,18 @@ struct LanePolicy {
 // no crossover up to 0.95 for inserts, so load alone never switches it (2.0 is beyond any table's load).
 inline double default_clstash_load(Probing probing) { return probing == Probing::kSingle ? 0.90 : 2.0; }
 
+// A tier's limits, from its geometry.
+struct TierLimits {
+  std::uint64_t max_items = 0;           // live keys allowed
+  std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
+};
+
+// How the host tier's accesses run (TableConfig::order_host, host_phase_threads).
+struct HostPhase {
+  bool ordered = true;
+  std::uint32_t threads = 0;
+};
+
 struct PassStats {
   std::uint64_t passes = 0;
   std::uint64_t conflict_ops = 0;
@@ -69,17 +87,21 @@ struct PassStats {
 template <class Ref, class Exec>
 class PassRunner {
  public:
-  PassRunner(Ref table, Exec& exec, Counters* counters, std::uint64_t max_items, std::uint64_t cleanup_tombstones,
-             LaneMode lanes, double clstash_load)
+  // `host` has units == 0 when the table has no host tier.
+  PassRunner(Ref table, Ref host, Exec& exec, Counters* counters, TierLimits device_limits, TierLimits host_limits,
+             HostPhase host_phase, LaneMode lanes, double clstash_load)
       : table_(table),
+        host_(host),
         exec_(exec),
         counters_(counters),
         lanes_(lanes),
         clstash_items_(static_cast<std::uint64_t>((clstash_load < 0 ? default_clstash_load(Ref::kProbing) : clstash_load) *
                                                   static_cast<double>(table.capacity))),
-        max_items_(max_items),
-        cleanup_step_(std::max<std::uint64_t>(1, cleanup_tombstones)),
-        next_cleanup_(cleanup_step_) {}
+        max_items_(device_limits.max_items),
+        host_max_items_(host_limits.max_items),
+        host_phase_(host_phase),
+        host_sort_bits_(std::bit_width(host.capacity) + kHostQueueOpBits),
+        cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
 
   // Executes one pass, with scratch for at least batch.size ops. Returns when every result is written.
   void run(const BatchRef& batch, const PassScratch& scratch) {
@@ -90,44 +112,77 @@ class PassRunner {
     known_.conflicts = 0;
     known_.pending = 0;
     known_.writes = 0;
+    known_.host_queued = 0;
     exec_.write_counters(known_);
-
-    // If every op of the pass could insert a new key and still fit, no op needs to reserve room atomically.
+    // If every op of the pass could insert a new key and still fit in the device tier, no op needs to
+    // reserve room atomically. Only a host tier that holds keys needs walking.
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
-                       counters_, max_items_, known_.items + n > max_items_};
-    const Engine<Ref> engine{table_, batch, pass};
+                       scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
+                       known_.host_items != 0};
+    const Engine<Ref> engine{table_, host_, batch, pass};
+    Engine<Ref> first = engine;
+    first.stop_at_host = has_host() && host_phase_.ordered;
     exec_.for_each(n, GroupOp<Ref>{engine});
-    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
+    exec_.execute(n, ExecuteOp<Ref>{first}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
-
     const std::uint64_t deferred = known_.conflicts;
     if (deferred != 0) {
-      exec_.sort(scratch.conflicts, deferred);
+      exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
       exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
     }
+    const std::uint64_t host_ops = known_.host_queued;
+    if (host_ops != 0) {
+      exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref>{engine}, scratch.host_queue}, host_phase_.threads);
+    }
     // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
-    if (known_.pending != 0 || deferred != 0) exec_.for_each(n, FinishPass<Ref>{table_, scratch.pending});
-    if (deferred != 0) known_ = exec_.read_counters();  // the ordered phase changed items and tombstones
-
+    if (known_.pending != 0 || deferred != 0 || host_ops != 0) {
+      exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending});
+    }
+    // The later phases changed items and tombstones.
+    if (deferred != 0 || host_ops != 0) known_ = exec_.read_counters();
     stats_.passes += 1;
     stats_.conflict_ops += deferred;
-    if (known_.tombstones >= next_cleanup_ && !cleanup()) {
-      stats_.cleanups_skipped += 1;
-      next_cleanup_ = known_.tombstones + cleanup_step_;  // try again once as many more have piled up
-    }
+    maybe_cleanup(false);
+    if (has_host()) maybe_cleanup(true);
   }
 
-  // Removes every tombstone and re-places displaced keys. Returns false (the table unchanged) if the
-  // scratch for the displaced keys could not be allocated.
+  // Removes every tombstone of both tiers and re-places displaced keys. Returns false if a tier's scratch
+  // for its displaced keys could not be allocated (that tier is then unchanged).
   bool cleanup() {
-    const CleanupWord<Ref> word{table_};
-    const std::uint64_t words = (table_.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
+    const bool device = cleanup_tier(false);
+    return (!has_host() || cleanup_tier(true)) && device;
+  }
+
+  const Counters& counters() const { return known_; }
+  const PassStats& stats() const { return stats_; }
+
+ private:
+  struct TierCleanup {
+    explicit TierCleanup(std::uint64_t tombstones) : step(std::max<std::uint64_t>(1, tombstones)), next(step) {}
+    std::uint64_t step;  // tombstones that trigger a clean-up
+    std::uint64_t next;  // the count at which the next one runs
+  };
+
+  bool has_host() const { return host_.units != 0; }
+  unsigned long long& tombstones(bool in_host) { return in_host ? known_.host_tombstones : known_.tombstones; }
+
+  void maybe_cleanup(bool in_host) {
+    TierCleanup& c = cleanup_[in_host];
+    if (tombstones(in_host) < c.next || cleanup_tier(in_host)) return;
+    stats_.cleanups_skipped += 1;
+    c.next = tombstones(in_host) + c.step;  // try again once as many more have piled up
+  }
+
+  bool cleanup_tier(bool in_host) {
+    const Ref t = in_host ? host_ : table_;
+    const CleanupWord<Ref> word{t};
+    const std::uint64_t words = (t.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
     known_.extracted = 0;
     exec_.write_counters(known_);
     exec_.for_each(words, CleanupCount<Ref>{word, counters_});
     const std::uint64_t displaced = exec_.read_counters().extracted;
-
-    auto buffer = exec_.allocate(displaced * table_.slot_stride);
+    auto buffer = exec_.allocate(displaced * t.slot_stride, in_host);
     if (displaced != 0 && buffer.empty()) return false;
     known_.extracted = 0;
     exec_.write_counters(known_);
@@ -137,26 +192,25 @@ class PassRunner {
     if (known_.lost != 0 || known_.extracted != displaced) {
       throw Error(Error::Code::kInternal, "tombstone clean-up could not re-place every key");
     }
-    known_.tombstones = 0;
+    tombstones(in_host) = 0;
     known_.extracted = 0;
     exec_.write_counters(known_);
     stats_.cleanups += 1;
-    next_cleanup_ = cleanup_step_;
+    cleanup_[in_host].next = cleanup_[in_host].step;
     return true;
   }
 
-  const Counters& counters() const { return known_; }
-  const PassStats& stats() const { return stats_; }
-
- private:
   Ref table_;
+  Ref host_;
   Exec& exec_;
   Counters* counters_;
   LaneMode lanes_;
   std::uint64_t clstash_items_;  // live keys from which kAuto switches to clStash
   std::uint64_t max_items_;
-  std::uint64_t cleanup_step_;  // tombstones that trigger a clean-up
-  std::uint64_t next_cleanup_;
+  std::uint64_t host_max_items_;
+  HostPhase host_phase_;
+  int host_sort_bits_;  // host-queue entries are below 2^host_sort_bits_
+  TierCleanup cleanup_[2];  // device, host
   Counters known_{};  // the counters as of the end of the last pass
   PassStats stats_;
 };

@@ -45,6 +45,10 @@ struct TableRef {
 
   Board<Bits> board;
   std::uint8_t* slots;
+  // Host tier only (nullptr in the device tier): one more byte of each key's info per slot, in GPU memory
+  // beside the board. A ticket whose info code matches is checked against it before the host slot is
+  // read, so a lookup reads host memory in vain about 1 time in 256 * (2^Bits - 3) instead of 1 in 2^Bits - 3.
+  std::uint8_t* tags;
   std::uint64_t units;         // prime
   std::uint64_t capacity;      // slots that can hold keys
   std::uint32_t value_stride;  // value bytes per slot, a multiple of 8
@@ -68,6 +72,8 @@ struct TableRef {
   GPUKV_HD_INLINE static std::uint64_t slot_of(std::uint64_t word, int field) {
     return word * Codec::kPerWord + static_cast<std::uint64_t>(field);
   }
+
+  GPUKV_HD_INLINE static std::uint8_t tag_of(std::uint32_t info) { return static_cast<std::uint8_t>(info); }
 
   GPUKV_HD_INLINE std::uint8_t* slot(std::uint64_t index) const { return slots + index * slot_stride; }
   GPUKV_HD_INLINE std::uint32_t* key_len(std::uint64_t index) const {

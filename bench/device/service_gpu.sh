@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs on the lent GPU machine from the repository root (after bench/device/run.sh has unpacked the bundle):
+# gpukv-server on the GPU backend, driven by gpukv-load from the same machine over 127.0.0.1, in the shapes
+# of bench/service_bench.sh, plus a host-tier server that must spill. Logs to $OUT/service_gpu.log.
+set -uo pipefail
+bundle=.device/bundle
+export LD_LIBRARY_PATH=$bundle/lib
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+log=$out/service_gpu.log
+secs=${SECONDS_PER_RUN:-6}
+: > "$log"
+echo "# $(date -u +%FT%TZ) $(nproc) cores $(nvidia-smi --query-gpu=name --format=csv,noheader)" | tee -a "$log"
+
+serve() {  # serve <port> <flags...>: starts a server and waits until it answers health checks
+  local port=$1
+  shift
+  "$bundle/bin/gpukv-server" --listen=127.0.0.1:"$port" --metrics_listen=127.0.0.1:0 --backend=gpu --log_level=warn "$@" \
+    >>"$out/server.log" 2>&1 &
+  server=$!
+  for _ in $(seq 1 60); do
+    "$bundle/bin/gpukv" --target=127.0.0.1:"$port" health >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  echo "server on $port did not come up" | tee -a "$log"
+  return 1
+}
+load() { "$bundle/bin/gpukv-load" --seconds="$secs" "$@" 2>&1 | grep -E 'RESULT|error|Error' | tee -a "$log"; }
+
+# The device tier only: 16-byte keys, 8-byte values, 64 M slots.
+if serve 50091 --capacity=67108864 --key_width=16 --value_width=8; then
+  t=--target=127.0.0.1:50091
+  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1   # fills part of the table
+  load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0.5 --put=0.45
+  load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
+  kill -TERM $server
+  wait $server
+fi
+
+# A tiny device tier (1 M slots) under a 16 M-slot host tier: the data set lives mostly in host memory.
+if serve 50092 --capacity=1048576 --host_capacity=16777216 --key_width=16 --value_width=8; then
+  t=--target=127.0.0.1:50092
+  load $t --keys=12000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1
+  load $t --keys=12000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+  load $t --keys=12000000 --mode=batch --batch=1000 --callers=32 --get=0.5 --put=0.45
+  "$bundle/bin/gpukv" --target=127.0.0.1:50092 stats 2>&1 | tee -a "$log"
+  kill -TERM $server
+  wait $server
+fi

@@ -1,0 +1,141 @@
+// Shared by the GPU benchmark programs: CUDA checks, device arrays, key/value generators, a CUDA-event
+// timer, batch columns in GPU memory, result checks and RESULT lines.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench_common.hpp"
+#include "gpukv/table.hpp"
+
+namespace gpukv::bench {
+
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    cudaError_t e_ = (call);                                                                            \
+    if (e_ != cudaSuccess) {                                                                            \
+      std::fprintf(stderr, "%s failed at %s:%d: %s\n", #call, __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                                     \
+    }                                                                                                   \
+  } while (0)
+
+template <class T>
+struct DeviceArray {
+  T* p = nullptr;
+  std::uint64_t n = 0;
+  explicit DeviceArray(std::uint64_t count) : n(count) { CHECK(cudaMalloc(&p, std::max<std::uint64_t>(1, count) * sizeof(T))); }
+  ~DeviceArray() { cudaFree(p); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+__host__ __device__ inline std::uint64_t dscramble(std::uint64_t x) { return scramble(x); }
+
+// Key i of a key space: full-width keys whose first word is a bijection of (space, i), so keys are unique.
+__global__ void make_keys(std::uint8_t* keys, std::uint8_t* key_lens, std::uint64_t n, std::uint32_t kw,
+                          std::uint64_t first, std::uint64_t space) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    auto* w = reinterpret_cast<std::uint64_t*>(keys + i * kw);
+    const std::uint64_t id = (space << 40) | (first + i);
+    w[0] = dscramble(id);
+    for (std::uint32_t j = 1; j < kw / 8; ++j) w[j] = dscramble(id ^ (0x1234567ULL * j));
+    key_lens[i] = static_cast<std::uint8_t>(kw);
+  }
+}
+
+__global__ void make_values(std::uint8_t* values, std::uint32_t* value_lens, std::uint64_t n, std::uint32_t vw,
+                            std::uint32_t stride, std::uint64_t salt) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    auto* w = reinterpret_cast<std::uint64_t*>(values + i * stride);
+    for (std::uint32_t j = 0; j < stride / 8; ++j) w[j] = dscramble(i * 131 + j + salt);
+    value_lens[i] = vw;
+  }
+}
+
+__global__ void fill_ops(std::uint8_t* ops, std::uint64_t n, std::uint8_t op) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) ops[i] = op;
+}
+
+// The mixed batch: op i works on key i of the inserted set, except the 5% of PUTs of new keys, which take
+// key i of the miss set. So every key appears once and the batch holds no same-key conflicts.
+__global__ void make_mixed(std::uint8_t* ops, std::uint8_t* keys, const std::uint8_t* hit_keys,
+                           const std::uint8_t* miss_keys, std::uint64_t n, std::uint32_t kw) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const std::uint32_t r = static_cast<std::uint32_t>(dscramble(i ^ 0xABCDEF) % 100);
+    const std::uint8_t* from = r >= 90 && r < 95 ? miss_keys : hit_keys;
+    ops[i] = r < 50 ? 0 : r < 95 ? 1 : 3;  // GET, PUT, DELETE
+    const auto* src = reinterpret_cast<const std::uint64_t*>(from + i * kw);
+    auto* dst = reinterpret_cast<std::uint64_t*>(keys + i * kw);
+    for (std::uint32_t j = 0; j < kw / 8; ++j) dst[j] = src[j];
+  }
+}
+
+__global__ void count_status(const std::uint8_t* status, std::uint64_t n, unsigned long long* counts) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    atomicAdd(&counts[status[i] < 5 ? status[i] : 5], 1ULL);
+  }
+}
+
+inline constexpr int kGrid = 1024, kBlock = 256;
+
+class Timer {
+ public:
+  Timer() {
+    CHECK(cudaEventCreate(&start_));
+    CHECK(cudaEventCreate(&stop_));
+  }
+  ~Timer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  void start() { CHECK(cudaEventRecord(start_, 0)); }
+  double stop_ms() {
+    CHECK(cudaEventRecord(stop_, 0));
+    CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms;
+  }
+
+ private:
+  cudaEvent_t start_, stop_;
+};
+
+inline void print_result(const char* workload, const std::string& config, double load, std::uint64_t ops, double ms,
+                  const std::string& extra) {
+  std::printf("RESULT %-14s %s load=%.3f ops=%llu ms=%.3f gops=%.3f%s%s\n", workload, config.c_str(), load,
+              static_cast<unsigned long long>(ops), ms, static_cast<double>(ops) / ms / 1e6, extra.empty() ? "" : " ",
+              extra.c_str());
+  std::fflush(stdout);
+}
+
+// Device columns for a batch of n ops.
+struct Batch {
+  DeviceArray<std::uint8_t> ops, keys, key_lens, values, status, out_values;
+  DeviceArray<std::uint32_t> value_lens, out_value_lens;
+  Batch(std::uint64_t n, std::uint32_t kw, std::uint32_t stride)
+      : ops(n), keys(n * kw), key_lens(n), values(n * stride), status(n), out_values(n * stride), value_lens(n), out_value_lens(n) {}
+  BatchIn in(std::uint64_t n) const { return BatchIn{n, ops.p, keys.p, key_lens.p, values.p, value_lens.p}; }
+  BatchOut out() const { return BatchOut{status.p, out_values.p, out_value_lens.p}; }
+};
+
+// Checks that every op of the batch got the expected status (a benchmark that fails silently measures nothing).
+inline void expect_status(const Batch& b, std::uint64_t n, OpStatus want, const char* what) {
+  DeviceArray<unsigned long long> counts(6);
+  CHECK(cudaMemset(counts.p, 0, 6 * sizeof(unsigned long long)));
+  count_status<<<kGrid, kBlock>>>(b.status.p, n, counts.p);
+  unsigned long long h[6];
+  CHECK(cudaMemcpy(h, counts.p, sizeof(h), cudaMemcpyDeviceToHost));
+  if (h[static_cast<int>(want)] != n) {
+    std::fprintf(stderr, "%s: expected %llu x %s, got ok=%llu notfound=%llu exists=%llu full=%llu invalid=%llu\n", what,
+                 static_cast<unsigned long long>(n), to_string(want), h[0], h[1], h[2], h[3], h[4]);
+    std::exit(1);
+  }
+}
+
+
+}  // namespace gpukv::bench
