@@ -5,13 +5,6 @@ import re
 
 from conftest import read
 
-# The host tier (--host_capacity) is developed apart from this code. Its metrics are named here, as agreed for
-# it, so that the alerts and the dashboard can use them before it lands; once server/service/metrics.cpp
-# registers them they are read from there like every other metric.
-HOST_TIER_METRICS = {"gpukv_host_tier_accesses_total"}
-HOST_TIER_LABEL_VALUES = {("gpukv_items", "tier"): {"host"}, ("gpukv_capacity_slots", "tier"): {"host"},
-                          ("gpukv_host_tier_accesses_total", "kind"): {"read", "write", "avoided"}}
-
 # Labels that Prometheus adds or that PromQL itself uses, not the server.
 TARGET_LABELS = {"job", "instance", "namespace", "pod", "le"}
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
@@ -32,18 +25,17 @@ def exported():
     for builder, name in re.findall(r'Build(Counter|Gauge|Histogram)\(\)\s*\.Name\("(gpukv_\w+)"\)', metrics_cpp):
         names[name] = builder
     assert len(names) >= 10, f"found only {sorted(names)} in metrics.cpp"
+    tiers = set(re.findall(r'\{"tier", "(\w+)"\}', metrics_cpp))
     labels = {
         ("gpukv_operations_total", "kind"): _returns_of(table_cpp, "const char* to_string(OpKind"),
         ("gpukv_operations_total", "result"): _returns_of(table_cpp, "const char* to_string(OpStatus"),
         ("gpukv_requests_total", "code"): _returns_of(metrics_cpp, "const char* status_code_name("),
         ("gpukv_requests_total", "method"): None,
-        ("gpukv_items", "tier"): set(re.findall(r'\{"tier", "(\w+)"\}', metrics_cpp)),
-        ("gpukv_capacity_slots", "tier"): set(re.findall(r'\{"tier", "(\w+)"\}', metrics_cpp)),
+        ("gpukv_items", "tier"): tiers,
+        ("gpukv_capacity_slots", "tier"): tiers,
+        ("gpukv_host_tier_accesses_total", "kind"): set(re.findall(r'host_accesses_\.Add\(\{\{"kind", "(\w+)"\}\}\)',
+                                                                   metrics_cpp)),
     }
-    for name in HOST_TIER_METRICS:
-        names.setdefault(name, "Counter")
-    for key, values in HOST_TIER_LABEL_VALUES.items():
-        labels[key] = (labels.get(key) or set()) | values
     series = {}
     for name, builder in names.items():
         own = {label: values for (metric, label), values in labels.items() if metric == name}
