@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
-# Installs the Debian packages gpukv builds with, if any is missing. The CUDA toolkit (nvcc and its CCCL
-# headers) is expected at /usr/local/cuda; without nvcc the build has the CPU backend only, and without the
-# toolkit's headers it stops with a message saying so.
+# Installs the Debian packages gpukv needs, if any is missing. The CUDA toolkit (nvcc and its CCCL headers) is
+# expected at /usr/local/cuda; without nvcc the build has the CPU backend only, and without the toolkit's headers
+# it stops with a message saying so.
+#
+# Usage: install-deps.sh [GROUP...]    (no group: build)
+#   build   compilers, CMake and the libraries the server, client and tests are built with (docker/Dockerfile's
+#           build stage installs this group)
+#   test    tools the monitoring tests run for real: prometheus (the server, for the end-to-end test) and
+#           promtool (which the same package ships)
+#   image   tools the opt-in image test (tests/deploy/image_test.sh) builds and runs the container image with:
+#           buildah and debootstrap
 set -euo pipefail
-packages=(build-essential cmake libgtest-dev libgmock-dev
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev prometheus-cpp-dev)
+groups=("$@")
+[ ${#groups[@]} -gt 0 ] || groups=(build)
+packages=()
+for group in "${groups[@]}"; do
+  case "$group" in
+    build) packages+=(build-essential cmake libgtest-dev libgmock-dev
+             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev
+             prometheus-cpp-dev) ;;
+    test) packages+=(prometheus) ;;
+    image) packages+=(buildah debootstrap) ;;
+    *) echo "install-deps: unknown group '$group' (build, test or image)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

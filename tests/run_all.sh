@@ -3,15 +3,20 @@
 # every test. Two builds:
 #   build/       Release, with the CUDA backend when nvcc is present; all tests. GPU tests run when a GPU is
 #                present and are reported as skipped, with the reason, when not. Then the end-to-end tests:
-#                the server binary driven by a Python grpcio client (tests/e2e, packages from PyPI).
+#                the server binary driven by a Python grpcio client (tests/e2e, packages from PyPI). Then the
+#                deployment tests (tests/deploy): Kubernetes manifests against the API schemas, promtool on the
+#                Prometheus configuration, alert rules and their unit tests, the Grafana dashboard's queries, and
+#                the server scraped by a real Prometheus.
 #   build-tsan/  the CPU backend and the batcher under ThreadSanitizer: the concurrency stress, the batcher's
 #                tests, shortened model tests, and the many-client model test over gRPC (Debian's gRPC is not
 #                instrumented: see tests/tsan-suppressions.txt and the end of CMakeLists.txt).
+# GPUKV_IMAGE_TEST=1 adds the slow image test (tests/deploy/image_test.sh: builds docker/Dockerfile with buildah
+# and runs the image; needs root).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${GPUKV_JOBS:-2}
 
-"$root/deploy/install-deps.sh"
+"$root/deploy/install-deps.sh" build test
 
 echo "== build: Release"
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -25,6 +30,19 @@ venv="$root/build/e2e-venv"
 "$venv/bin/pip" install -q -r "$root/tests/e2e/requirements.txt"
 GPUKV_SERVER="$root/build/server/gpukv-server" GPUKV_CLI="$root/build/client/gpukv" GPUKV_LOAD="$root/build/client/gpukv-load" \
   "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/e2e"
+
+echo "== tests: deployment (Kubernetes manifests, Prometheus rules and dashboard, the server scraped by Prometheus)"
+venv="$root/build/deploy-venv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install -q -r "$root/tests/deploy/requirements.txt"
+# Plugin autoload off: a test dependency (cloudcoil) registers a pytest plugin that these tests do not use.
+PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 GPUKV_SERVER="$root/build/server/gpukv-server" GPUKV_CLI="$root/build/client/gpukv" \
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/deploy"
+
+if [ "${GPUKV_IMAGE_TEST:-0}" = 1 ]; then
+  echo "== tests: the container image (buildah)"
+  "$root/tests/deploy/image_test.sh"
+fi
 
 echo "== build: ThreadSanitizer (CPU backend)"
 cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=thread \

@@ -20,7 +20,7 @@ for t in $targets; do
   cp "$bin" "$out/bin/"
   # Every library the binary loads except the C runtime and the CUDA driver, which the machine has.
   ldd "$bin" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' |
-    xargs -r cp -L -n1 -t "$out/lib" 2>/dev/null || true
+    xargs -r cp -L -t "$out/lib"
 done
 # Tuning variants of the GPU benchmark (sm_90 only), e.g. VARIANTS="GPUKV_PROBE_MIN_BLOCKS=6".
 for v in ${VARIANTS:-}; do

@@ -114,22 +114,22 @@ void KvService::update_stats(const TableStats& s, std::uint64_t batch_ops) {
   stats_.set_cleanups(s.cleanups);
 }
 
-void KvService::run(const char* method, CallOps ops, CallResults* results, Clock::time_point deadline,
+void KvService::count(const char* method, const grpc::Status& status) {
+  if (on_request_) on_request_(method, status.error_code());
+}
+
+void KvService::run(CallOps ops, CallResults* results, Clock::time_point deadline,
                     std::function<void(const grpc::Status&)> finish) {
   Batcher* batcher = batcher_.load();
-  auto report = [this, method, finish = std::move(finish)](const grpc::Status& status) {
-    if (on_request_) on_request_(method, status.error_code());
-    finish(status);
-  };
   if (batcher == nullptr) {
-    report(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is starting or draining"));
+    finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is starting or draining"));
     return;
   }
   Call call;
   call.ops = ops;
   call.results = results;
   call.deadline = deadline;
-  call.done = [report](CallCode code, std::string_view message) { report(status_of(code, message)); };
+  call.done = [finish = std::move(finish)](CallCode code, std::string_view message) { finish(status_of(code, message)); };
   batcher->submit(std::move(call));
 }
 
@@ -138,8 +138,10 @@ grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackSer
                                            Respond respond) {
   auto* reactor = ctx->DefaultReactor();
   auto results = std::make_shared<CallResults>();
-  run(method, ops, results.get(), call_deadline(*ctx), [reactor, results, respond](const grpc::Status& status) {
-    reactor->Finish(status.ok() ? respond(*results) : status);
+  run(ops, results.get(), call_deadline(*ctx), [this, method, reactor, results, respond](const grpc::Status& status) {
+    const grpc::Status final_status = status.ok() ? respond(*results) : status;
+    count(method, final_status);  // before Finish: a client that has its answer finds the call counted
+    reactor->Finish(final_status);
   });
   return reactor;
 }
@@ -334,7 +336,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       respond(item);
       return;
     }
-    service_.run("Stream", ops, &item->results, call_deadline(*ctx_), [this, item](const grpc::Status& status) {
+    service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](const grpc::Status& status) {
+      service_.count("Stream", status);
       if (status.ok()) {
         item->response.set_results(item->results.results);
         item->response.set_values(item->results.values);

@@ -39,10 +39,12 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
 
-  // Submits packed columns; `finish` runs once with the gRPC status (results filled when OK). Public for the
-  // stream reactor.
-  void run(const char* method, CallOps ops, CallResults* results, Clock::time_point deadline,
-           std::function<void(const grpc::Status&)> finish);
+  // Submits packed columns; `finish` runs once with the batcher's status (results filled when OK). `finish`
+  // counts the call, with the status the call ends with (a unary Put that meets a full table ends
+  // RESOURCE_EXHAUSTED although its batch ran), before it finishes it. Public for the stream reactor.
+  void run(CallOps ops, CallResults* results, Clock::time_point deadline, std::function<void(const grpc::Status&)> finish);
+  // Counts one finished call for the metrics (on_request).
+  void count(const char* method, const grpc::Status& status);
 
   std::uint32_t key_width() const { return key_width_; }
   std::uint32_t value_width() const { return value_width_; }

@@ -307,5 +307,26 @@ TEST_F(ServiceTest, MetricsCountOperationsAndRequests) {
   EXPECT_NE(metrics.find("gpukv_items{tier=\"device\"} 1"), std::string::npos);
 }
 
+// The requests counter takes the status a call ends with: a unary Put that meets a full table ran in its batch
+// with an OK status and ends RESOURCE_EXHAUSTED (the error-ratio alert of deploy/prometheus reads this).
+TEST_F(ServiceTest, MetricsCountTheStatusACallEndsWith) {
+  start(small_server(200));
+  v1::StatsResponse stats;
+  ASSERT_TRUE(stub_->Stats(context().get(), v1::StatsRequest{}, &stats).ok());
+  v1::BatchPutRequest puts;
+  for (std::uint64_t i = 0; i < stats.tiers(0).max_items(); ++i) {
+    add_key(*puts.mutable_keys(), puts.mutable_key_lengths(), "k" + std::to_string(i));
+    puts.mutable_values()->append("v");
+    puts.add_value_lengths(1);
+  }
+  v1::BatchPutResponse resp;
+  ASSERT_TRUE(stub_->BatchPut(context().get(), puts, &resp).ok());
+  ASSERT_EQ(put("one-more", "v").error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  const std::string metrics = scrape(server_->metrics_port());
+  EXPECT_NE(metrics.find("gpukv_requests_total{code=\"RESOURCE_EXHAUSTED\",method=\"Put\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(metrics.find("gpukv_requests_total{code=\"OK\",method=\"Put\"}"), std::string::npos) << metrics;
+}
+
 }  // namespace
 }  // namespace gpukv::server
