@@ -175,6 +175,10 @@ struct Engine {
     return false;
   }
 
+  // Skips the device tier: the walk goes straight on in the host tier (for a key known to be in no device
+  // slot; the host tier must hold keys).
+  GPUKV_HD_INLINE void start_host_walk(Probe& p) const { end_of_tier<true>(p); }
+
   // A tier's walk ended without finding the key. After the device tier, the host tier comes next if it may
   // hold the key: walked now, or (kWithHost false) left to the host phase. Returns true if the walk is over.
   template <bool kWithHost>

@@ -130,8 +130,9 @@ struct ExecuteOp {
 };
 
 // Runs the ops ExecuteOp left for the host tier, in the order of `queue` (sorted by host address unless
-// TableConfig::order_host is off), each walked afresh through both tiers: they are alone in the pass, so
-// nobody else touches their keys.
+// TableConfig::order_host is off). They are alone in the pass, so nobody else touches their keys: a GET or
+// DELETE came here because its key is in no device slot, so its walk starts in the host tier; an insert
+// walks both tiers again (it may still find room in the device tier).
 template <class Ref>
 struct ExecuteHostOp {
   static constexpr const char* kName = "ExecuteHostOp";
@@ -139,7 +140,14 @@ struct ExecuteHostOp {
   ExecuteOp<Ref, true> execute;
   const std::uint64_t* queue;
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
-    execute(queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1), tally);
+    const std::uint64_t op = queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1);
+    Probe p;
+    if (!execute.begin(op, p)) return;
+    const OpIn in = load_op(execute.e.batch, op);
+    if (in.kind == OpKind::kGet || in.kind == OpKind::kDelete) execute.e.start_host_walk(p);
+    while (!execute.step(p, tally)) {
+    }
+    execute.finish(op, p, in, tally);
   }
 };
 
