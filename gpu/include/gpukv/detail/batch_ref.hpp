@@ -130,7 +130,7 @@ struct PassRef {
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
   std::uint64_t* pending;      // per op: what FinishPass does (kNothingPending or slot << 8 | code)
-  std::uint64_t* host_queue;   // ops deferred to the ordered host phase as (host slot << 24 | op)
+  std::uint64_t* host_queue;   // ops left to the host phase; HostQueueKey makes them (host slot << 24 | op)
   Counters* counters;
   std::uint64_t max_items;       // device tier
   std::uint64_t host_max_items;  // host tier (0 if there is none)

@@ -229,6 +229,8 @@ struct Engine {
 
   // Finds a slot for a new key: in the device tier while it has room, else in the host tier. Returns false
   // (and reserves nothing) if neither has room.
+  // kWithHost false: the device tier only (the probing kernels leave the host tier to the host phase).
+  template <bool kWithHost>
   GPUKV_HD bool place(const Probe& p, std::uint64_t& slot, bool& in_host, Tally& tally) const {
     const Location& at = p.at;
     if (reserve(false, tally)) {
@@ -242,7 +244,7 @@ struct Engine {
       }
       unreserve(false, tally);
     }
-    if (host.units == 0 || !reserve(true, tally)) return false;
+    if (!kWithHost || host.units == 0 || !reserve(true, tally)) return false;
     // The host walk, if there was one, saw no room before its end only if there is none: claim from the start.
     const ProbePlan plan = plan_probe(hash_key(p.key, table.key_words), host.units);
     if (claim_ticket(host, plan.first, 0, plan.step, host.board.load(host.word_of(plan.first)), slot,
@@ -270,17 +272,21 @@ struct Engine {
     Probe p = start(key, plan, tickets);
     while (!step<true>(p, tally)) {
     }
-    apply(p, ops, tally);
+    apply<true>(p, ops, tally);
   }
 
-  // Applies a key's ops, in order, once its walk is over (step() returned true).
-  template <class Ops>
-  GPUKV_HD void apply(const Probe& p, Ops ops, Tally& tally) const {
+  // Applies a key's ops, in order, once its walk is over (step<kWithHost>() returned true). Returns true.
+  // kWithHost false (the probing kernels: one op, walked in the device tier only): returns false, having
+  // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
+  // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
+  // registers are tight.
+  template <bool kWithHost, class Ops>
+  GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
-    if (at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
+    if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
 
     std::uint64_t slot = at.slot;
-    bool slot_in_host = at.hit && at.in_host;
+    bool slot_in_host = kWithHost && at.hit && at.in_host;
     bool have_slot = at.hit;  // a slot that holds, or will hold, this key
     bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
     bool present = at.hit;
@@ -299,7 +305,7 @@ struct Engine {
           if (present) {
             if (written) {
               write_get(op, value.words, value.len);
-            } else if (slot_in_host) {
+            } else if (kWithHost && slot_in_host) {
               write_get(op, host.value_words_at(slot), *host.value_len(slot));
             } else {
               write_get(op, table.value_words_at(slot), *table.value_len(slot));
@@ -315,7 +321,8 @@ struct Engine {
           [[fallthrough]];
         case OpKind::kPut:
           if (!have_slot) {
-            if (!place(p, slot, slot_in_host, tally)) {
+            if (!place<kWithHost>(p, slot, slot_in_host, tally)) {
+              if (!kWithHost && host.units != 0) return false;  // only op of its key: nothing written yet
               batch.set_status(op, OpStatus::kFull);
               break;
             }
@@ -335,10 +342,15 @@ struct Engine {
 
     // Commit: the final state of the key reaches the table once. A new or deleted slot stays BUSY until
     // FinishPass sets the code recorded here.
-    const std::uint64_t pending = slot_in_host ? commit<true>(host, p, slot, claimed, present, written, value, tally)
-                                               : commit<false>(table, p, slot, claimed, present, written, value, tally);
+    std::uint64_t pending;
+    if (kWithHost && slot_in_host) {
+      pending = commit<true>(host, p, slot, claimed, present, written, value, tally);
+    } else {
+      pending = commit<false>(table, p, slot, claimed, present, written, value, tally);
+    }
     if (pending != kNothingPending) tally.pending += 1;
     if (any) pass.pending[last_op] = pending;
+    return true;
   }
 
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()).

@@ -5,7 +5,8 @@
 //   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
-//   (sort the ops ExecuteOp left for the host tier by host address)
+//   HostQueueKey   every op ExecuteOp left for the host tier: its host address, as a sort key
+//   (sort them by host address)
 //   ExecuteHostOp  every such op, in host-address order: walk both tiers and run it
 //   FinishPass     every op (if the pass changed any ticket): a BUSY ticket it left -> FULL or TOMBSTONE
 #pragma once
@@ -102,19 +103,21 @@ struct ExecuteOp {
   GPUKV_HD_INLINE bool step(Probe& p, Tally& tally) const { return e.template step<kWithHost>(p, tally); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
-    if (!kWithHost && defer_to_host(op, p, in)) return;
-    e.apply(p, OneOp{op, in}, tally);
+    if constexpr (kWithHost) {
+      e.template apply<true>(p, OneOp{op, in}, tally);
+    } else if (defer_to_host(p, in) || !e.template apply<false>(p, OneOp{op, in}, tally)) {
+      // Its host address is added by HostQueueKey: computing it here would cost the probing kernels registers.
+      e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
+    }
   }
 
   // Leaves an op that must touch host memory to the host phase, keyed by the host slot where its walk (or
   // its claim) begins. Random host accesses are bound by address translation (ANCHORS.md: 43 M/s over
   // 8 GB, 750 M/s over 64 MB), so the phase runs them sorted by that address, and the threads in flight
   // touch a narrow window at a time.
-  GPUKV_HD bool defer_to_host(std::uint64_t op, const Probe& p, const OpIn& in) const {
+  GPUKV_HD bool defer_to_host(const Probe& p, const OpIn& in) const {
     const bool inserts = in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent;
-    if (!p.at.to_host && !(!p.at.hit && inserts && e.host.units != 0 && e.device_full())) return false;
-    e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = (e.host_home(p.key) << kHostQueueOpBits) | op;
-    return true;
+    return p.at.to_host || (!p.at.hit && inserts && e.host.units != 0 && e.device_full());
   }
 
   // Stash: one walk per thread. The op's kind and value are loaded before the walk, so that their latency
@@ -126,6 +129,18 @@ struct ExecuteOp {
     while (!step(p, tally)) {
     }
     finish(op, p, in, tally);
+  }
+};
+
+// Turns a host-queue entry (an op) into its sort key: the host slot where the op's walk or claim begins,
+// above the op.
+template <class Ref>
+struct HostQueueKey {
+  static constexpr const char* kName = "HostQueueKey";
+  Engine<Ref> e;
+  GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
+    const std::uint64_t op = e.pass.host_queue[i];
+    e.pass.host_queue[i] = (e.host_home(batch_key(e.table, e.batch, op)) << kHostQueueOpBits) | op;
   }
 };
 

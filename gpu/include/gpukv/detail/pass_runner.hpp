@@ -130,7 +130,10 @@ class PassRunner {
     }
     const std::uint64_t host_ops = known_.host_queued;
     if (host_ops != 0) {
-      if (host_phase_.ordered) exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+      if (host_phase_.ordered) {
+        exec_.for_each(host_ops, HostQueueKey<Ref>{engine});
+        exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+      }
       exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
     }
     // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
