@@ -28,9 +28,10 @@ constexpr int kBlockThreads = 256;
 #ifndef GPUKV_PROBE_MIN_BLOCKS
 #define GPUKV_PROBE_MIN_BLOCKS 4
 #endif
-// clStash keeps a shelf of walks in registers and shared memory; it spills badly below 64 registers.
+// clStash keeps a shelf of walks in registers and shared memory; it spills at 64 registers (4 blocks). With 3
+// blocks (85 registers) mixed batches ran 11-12% faster on an H100 than with 4 (bench/RESULTS.md, run 5).
 #ifndef GPUKV_CLSTASH_MIN_BLOCKS
-#define GPUKV_CLSTASH_MIN_BLOCKS 4
+#define GPUKV_CLSTASH_MIN_BLOCKS 3
 #endif
 template <class F>
 constexpr int min_blocks() {
