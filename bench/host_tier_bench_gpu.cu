@@ -12,6 +12,9 @@
 //
 //   host_tier_bench_gpu --kw=8 --vw=8 --device_gb=1 --host_gb=8 --host_load=0.8 --orders=walk,ordered
 //
+// order=walk is TableConfig::order_host = false (the host phase runs in batch order; before the host phase
+// existed, host accesses happened in the walk, hence the name); order=ordered sorts it by host address.
+//
 // Prints "RESULT <workload> <fields...>" lines.
 #include <cuda_runtime.h>
 

@@ -27,7 +27,7 @@ struct ModelCase {
   double max_load = 0.95;
   LaneMode lanes = LaneMode::kAuto;
   std::uint64_t host_capacity = 0;  // host-tier slots (0: none)
-  bool order_host = true;           // the ordered host phase (else host accesses happen in the walk)
+  bool order_host = true;           // the host phase sorted by host address (else in batch order)
   std::uint32_t host_phase_threads = 0;
 };
 

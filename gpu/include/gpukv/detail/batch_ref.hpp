@@ -74,7 +74,7 @@ struct Counters {
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
   unsigned long long writes;      // this pass: PUT, PUT_IF_ABSENT and DELETE ops (counted by GroupOp)
-  unsigned long long host_queued;  // this pass: ops deferred to the ordered host phase
+  unsigned long long host_queued;  // this pass: ops left to the host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
 };

@@ -10,9 +10,11 @@
 // tier whose slots are in pinned host memory and whose ticket-board is in GPU memory. Both are TableRefs of
 // one type. A key lives in at most one tier. The walk covers the device tier, then, if the key was not
 // found and the host tier held keys when the pass began, the host tier: its tickets are in GPU memory, so a
-// lookup they reject crosses no PCIe, and only a ticket whose info code matches costs a host read. A new
-// key is placed in the device tier while it has room (max_load_factor), else in the host tier, with one
-// host write. An overwrite or delete acts where the key is.
+// lookup they reject crosses no PCIe, and only a ticket whose info code and tag byte (table_ref.hpp) match
+// costs a host read. A new key is placed in the device tier while it has room (max_load_factor), else in
+// the host tier, with one host write. An overwrite or delete acts where the key is. The probing kernels
+// walk the device tier only (step<false>, apply<false>); an op that must touch the host tier runs in the
+// pass's host phase, sorted by host address (pass_ops.hpp).
 //
 // Invariants that make concurrent ops on different keys safe:
 //  * A key lives in at most one slot of one tier, and only the thread running that key changes it in a pass.
