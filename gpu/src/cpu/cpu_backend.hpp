@@ -10,30 +10,11 @@
 #include <vector>
 
 #include "../backend.hpp"
+#include "host_buffer.hpp"
 #include "thread_pool.hpp"
 
 namespace gpukv::detail {
 namespace cpu {
-
-// 8-byte aligned, zeroed host memory.
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  explicit HostBuffer(std::uint64_t bytes, bool nothrow = false) {
-    const std::uint64_t words = (bytes + 7) / 8;
-    if (words == 0) return;
-    words_.reset(nothrow ? new (std::nothrow) std::uint64_t[words]() : new std::uint64_t[words]());
-  }
-  bool empty() const { return words_ == nullptr; }
-  std::uint8_t* data() const { return reinterpret_cast<std::uint8_t*>(words_.get()); }
-  template <class T>
-  T* as() const {
-    return reinterpret_cast<T*>(words_.get());
-  }
-
- private:
-  std::unique_ptr<std::uint64_t[]> words_;
-};
 
 class CpuExecutor {
  public:
@@ -42,12 +23,28 @@ class CpuExecutor {
 
   CpuExecutor(ThreadPool& pool, Counters* counters) : pool_(pool), counters_(counters) {}
 
-  // `gpu_threads` narrows a GPU launch; host threads have no such window to narrow.
+  // How many ops ahead a thread prefetches: stage 0 (board word) at 2x, stage 1 (slots) at 1x. Enough to
+  // cover a cache miss to DRAM with the work of the ops in between.
+  static constexpr std::uint64_t kPrefetchDistance = 8;
+
+  // `gpu_threads` narrows a GPU launch; host threads have no such window to narrow. A step whose function
+  // object has prefetch(i, stage) (the probing steps) gets it run ahead of each op.
   template <class F>
   void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
     pool_.parallel_for(n, kGrain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;
-      for (std::uint64_t i = begin; i < end; ++i) f(i, tally);
+      if constexpr (requires { f.prefetch(begin, 0); }) {
+        constexpr std::uint64_t d = kPrefetchDistance;
+        for (std::uint64_t i = begin; i < std::min(begin + 2 * d, end); ++i) f.prefetch(i, 0);
+        for (std::uint64_t i = begin; i < std::min(begin + d, end); ++i) f.prefetch(i, 1);
+        for (std::uint64_t i = begin; i < end; ++i) {
+          if (i + 2 * d < end) f.prefetch(i + 2 * d, 0);
+          if (i + d < end) f.prefetch(i + d, 1);
+          f(i, tally);
+        }
+      } else {
+        for (std::uint64_t i = begin; i < end; ++i) f(i, tally);
+      }
       add(tally);
     });
   }

@@ -116,6 +116,24 @@ struct Engine {
     return p;
   }
 
+  // Host threads only: cache hints for the start of a key's walk in the device tier. A GPU hides the
+  // latency of each op's board and slot reads behind its thousands of resident warps; a CPU thread runs one
+  // op at a time, so CpuExecutor issues these a few ops ahead to keep several ops' misses in flight.
+  // Stage 0: the key's first board word. Stage 1, issued once stage 0 has had time to land: the slots whose
+  // tickets in that word carry the key's info code (the slot a hit will compare against).
+  void prefetch_walk(const KeyWords& key, int stage) const {
+    const ProbePlan plan = plan_probe(hash_key(key, table.key_words), table.units);
+    const std::uint64_t word = table.word_of(plan.first);
+    if (stage == 0) {
+      __builtin_prefetch(table.board.words + word);
+      return;
+    }
+    const std::uint64_t code = Codec::info_code(plan.info);
+    for (std::uint64_t m = Codec::match(table.board.load(word), code) & table.lanes_of(plan.first); m != 0; m &= m - 1) {
+      __builtin_prefetch(table.slot(Ref::slot_of(word, Codec::field_of(m))));
+    }
+  }
+
   // Examines one unit of the walk. Returns true when the walk is over: the key was found, or a unit with an
   // EMPTY ticket (or the end of the sequence) proves it absent from every tier that may hold it. With
   // kWithHost false the walk covers the device tier only and, where the host tier would be next, ends with

@@ -120,6 +120,11 @@ struct ExecuteOp {
     return p.at.to_host || (!p.at.hit && inserts && e.host.units != 0 && e.device_full());
   }
 
+  // Host threads only (CpuExecutor runs it a few ops ahead): Engine::prefetch_walk for op's key.
+  void prefetch(std::uint64_t op, int stage) const {
+    if (e.pass.group_of[op] != kNoGroup) e.prefetch_walk(batch_key(e.table, e.batch, op), stage);
+  }
+
   // Stash: one walk per thread. The op's kind and value are loaded before the walk, so that their latency
   // hides behind it rather than following the claim.
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
