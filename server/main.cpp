@@ -5,6 +5,7 @@
 #include <absl/flags/parse.h>
 #include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
+#include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 
 #include <cctype>
@@ -65,6 +66,9 @@ int main(int argc, char** argv) {
   apply_environment();
   absl::ParseCommandLine(argc, argv);
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's lock-order graph on; gRPC takes absl
+  // mutexes on every call, and keeping the graph cost about 7% of the server's CPU at 20 K unary calls/s.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   // Signals are taken synchronously by this thread: block them before any other thread starts.
   sigset_t signals;

@@ -15,6 +15,7 @@
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/usage.h>
+#include <absl/synchronization/mutex.h>
 
 #include <cstdio>
 #include <string>
@@ -106,6 +107,8 @@ void progress(const gpukv::load::Settings& s, gpukv::load::Totals& t, Clock::tim
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gpukv-load: closed- or open-loop load on a gpukv server");
   absl::ParseCommandLine(argc, argv);
+  // As in the server (server/main.cpp): Debian's Abseil keeps a lock-order graph for every absl::Mutex gRPC takes.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   gpukv::load::Settings s;
   if (const std::string error = settings_from_flags(s); !error.empty()) {
     std::fprintf(stderr, "gpukv-load: %s\n", error.c_str());

@@ -9,6 +9,7 @@
 #include "gpukv/detail/batch_ref.hpp"
 #include "gpukv/detail/pass_runner.hpp"
 #include "gpukv/detail/table_ref.hpp"
+#include "gpukv/table.hpp"
 #include "gpukv/types.hpp"
 
 namespace gpukv::detail {
@@ -20,6 +21,9 @@ class Backend {
   virtual ~Backend() = default;
   // One pass: in.size <= config.max_batch. Synchronous: every result is written on return.
   virtual void execute(const BatchIn& in, const BatchOut& out, Memory memory) = 0;
+  // Table::allocate_host and Table::prefetch (a backend with nothing to copy ignores the latter).
+  virtual HostMemory allocate_host(std::size_t bytes) = 0;
+  virtual void prefetch(const BatchIn& /*in*/) {}
   // Called once a batch call (all its passes) has finished.
   virtual void batch_done(std::uint64_t /*ops*/) {}
   virtual bool cleanup() = 0;

@@ -95,6 +95,13 @@ void Table::run(const BatchIn& in, const BatchOut& out, bool on_device) {
 
 void Table::execute(const BatchIn& in, const BatchOut& out) { run(in, out, false); }
 
+HostMemory Table::allocate_host(std::size_t bytes) { return impl_->allocate_host(bytes); }
+
+void Table::prefetch(const BatchIn& in) {
+  if (in.size == 0 || in.size > config_.max_batch || in.ops == nullptr || in.keys == nullptr || in.key_lens == nullptr) return;
+  impl_->prefetch(in);
+}
+
 void Table::execute_on_device(const BatchIn& in, const BatchOut& out) {
   if (backend_ != BackendKind::kGpu) {
     throw Error(Error::Code::kInvalidArgument, "execute_on_device needs the GPU backend");

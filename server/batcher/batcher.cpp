@@ -35,22 +35,42 @@ struct Batcher::Segment {
   std::size_t write_index;
 };
 
-// A device batch in the table's column layout, plus which call each row answers.
+// A device batch in the table's column layout, plus which call each row answers. The columns are carved from
+// one block of the table's host memory (pinned on the GPU backend), so that the table copies them by DMA and
+// can prefetch a staged batch while the previous one runs.
 struct Batcher::StagedBatch {
-  StagedBatch(std::size_t n, std::uint32_t key_width, std::uint32_t value_stride)
-      : ops(n), key_lens(n), status(n), value_lens(n), out_value_lens(n), keys((n * key_width + 7) / 8),
-        values((n * value_stride + 7) / 8), out_values((n * value_stride + 7) / 8) {}
-  std::vector<std::uint8_t> ops, key_lens, status;
-  std::vector<std::uint32_t> value_lens, out_value_lens;
-  std::vector<std::uint64_t> keys, values, out_values;  // 8-byte aligned, as the table requires
+  StagedBatch(Table& table, std::size_t n, std::uint32_t key_width, std::uint32_t value_stride) {
+    std::size_t bytes = 0;
+    const auto column = [&](std::size_t size) {  // 8-byte aligned, as the table requires
+      const std::size_t at = bytes;
+      bytes += (size + 7) / 8 * 8;
+      return at;
+    };
+    const std::size_t at_ops = column(n), at_key_lens = column(n), at_status = column(n);
+    const std::size_t at_value_lens = column(n * 4), at_out_value_lens = column(n * 4);
+    const std::size_t at_keys = column(n * key_width), at_values = column(n * value_stride), at_out_values = column(n * value_stride);
+    memory = table.allocate_host(bytes);
+    std::uint8_t* base = memory.data();
+    ops = base + at_ops;
+    key_lens = base + at_key_lens;
+    status = base + at_status;
+    value_lens = reinterpret_cast<std::uint32_t*>(base + at_value_lens);
+    out_value_lens = reinterpret_cast<std::uint32_t*>(base + at_out_value_lens);
+    keys = base + at_keys;
+    values = base + at_values;
+    out_values = base + at_out_values;
+  }
+  HostMemory memory;
+  std::uint8_t *ops, *key_lens, *status;
+  std::uint32_t *value_lens, *out_value_lens;
+  std::uint8_t *keys, *values, *out_values;
   std::size_t size = 0;
   Clock::time_point oldest{};
   std::vector<Segment> segments;
   std::vector<std::unique_ptr<CallState>> owned;  // calls whose last ops are in this batch
 
-  std::uint8_t* key_bytes() { return reinterpret_cast<std::uint8_t*>(keys.data()); }
-  std::uint8_t* value_bytes() { return reinterpret_cast<std::uint8_t*>(values.data()); }
-  const std::uint8_t* out_value_bytes() const { return reinterpret_cast<const std::uint8_t*>(out_values.data()); }
+  BatchIn in() const { return BatchIn{size, ops, keys, key_lens, values, value_lens}; }
+  BatchOut out() const { return BatchOut{status, out_values, out_value_lens}; }
 };
 
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch)
@@ -65,7 +85,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
                                 " (the table's max_batch)");
   }
   for (std::size_t i = 0; i < kBatches; ++i) {
-    free_.push_back(std::make_unique<StagedBatch>(config_.batch_size, key_width_, value_stride_));
+    free_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
   }
   stager_ = std::thread([this] { stage_loop(); });
   executor_ = std::thread([this] { execute_loop(); });
@@ -82,6 +102,7 @@ void Batcher::submit(Call call) {
   const std::size_t n = call.ops.count;
   call.results->results.assign(n, static_cast<char>(OpStatus::kInvalid));
   call.results->values.clear();
+  if (call.ops.kinds.empty() && call.ops.kind == OpKind::kGet) call.results->values.reserve(n * value_width_);
   call.results->value_lengths.assign(n, 0);
   auto state = std::make_unique<CallState>();
   state->call = std::move(call);
@@ -146,9 +167,10 @@ std::vector<std::unique_ptr<Batcher::CallState>> Batcher::fill(StagedBatch& batc
     if (batch.size == 0) batch.oldest = c.arrived;
     const std::size_t take = std::min(count - c.next_op, config_.batch_size - batch.size);
     batch.segments.push_back(Segment{&c, c.next_op, take, batch.size, c.key_offset, c.value_offset, c.write_index});
-    // Advance the call's cursors past the ops taken (their bytes are copied later, outside the lock).
+    // A call that goes on in the next batch: advance its cursors past the ops taken (their bytes are copied
+    // later, outside the lock). A call that ends here needs no cursors.
     const CallOps& ops = c.call.ops;
-    for (std::size_t i = c.next_op; i < c.next_op + take; ++i) {
+    for (std::size_t i = c.next_op; c.next_op + take < count && i < c.next_op + take; ++i) {
       c.key_offset += ops.key_lengths[i];
       const auto kind = static_cast<OpKind>(ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : ops.kinds[i]);
       if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) c.value_offset += ops.value_lengths[c.write_index++];
@@ -202,10 +224,10 @@ void Batcher::stage_loop() {
         const bool valid = kind < kOpKindCount && key_len >= 1 && key_len <= key_width_ && value_len <= value_width_;
         batch->ops[row] = valid ? kind : kRejectedOp;
         batch->key_lens[row] = valid ? static_cast<std::uint8_t>(key_len) : 0;
-        if (valid) std::memcpy(batch->key_bytes() + row * key_width_, ops.keys.data() + key_offset, key_len);
+        if (valid) std::memcpy(batch->keys + row * key_width_, ops.keys.data() + key_offset, key_len);
         batch->value_lens[row] = valid ? value_len : 0;
         if (valid && value_len != 0) {
-          std::memcpy(batch->value_bytes() + row * value_stride_, ops.values.data() + value_offset, value_len);
+          std::memcpy(batch->values + row * value_stride_, ops.values.data() + value_offset, value_len);
         }
         key_offset += key_len;
         if (writes) {
@@ -214,6 +236,9 @@ void Batcher::stage_loop() {
         }
       }
     }
+
+    // On the GPU backend its input starts on its way to the GPU now, while the previous batch runs.
+    if (batch->size != 0) table_.prefetch(batch->in());
 
     lock.lock();
     if (batch->size == 0) {  // every call in it had expired
@@ -251,12 +276,8 @@ void Batcher::finish_batch(StagedBatch& batch) {
   report.ops = batch.size;
   const Clock::time_point start = Clock::now();
   report.queue_delay = start - batch.oldest;
-  const BatchIn in{batch.size, batch.ops.data(), batch.key_bytes(), batch.key_lens.data(), batch.value_bytes(),
-                   batch.value_lens.data()};
-  const BatchOut out{batch.status.data(), reinterpret_cast<std::uint8_t*>(batch.out_values.data()),
-                     batch.out_value_lens.data()};
   try {
-    table_.execute(in, out);
+    table_.execute(batch.in(), batch.out());
   } catch (const std::exception& e) {
     // The table could not run the batch (a device fault): its calls fail; none is answered twice.
     for (const Segment& s : batch.segments) {
@@ -287,7 +308,7 @@ void Batcher::finish_batch(StagedBatch& batch) {
       const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
       if (kind == static_cast<std::uint8_t>(OpKind::kGet) && status == static_cast<std::uint8_t>(OpStatus::kOk)) {
         const std::uint32_t len = batch.out_value_lens[row];
-        r.values.append(reinterpret_cast<const char*>(batch.out_value_bytes() + row * value_stride_), len);
+        r.values.append(reinterpret_cast<const char*>(batch.out_values + row * value_stride_), len);
         r.value_lengths[i] = len;
       }
       if (kind < kOpKindCount && status < report.results[kind].size()) report.results[kind][status] += 1;

@@ -139,7 +139,7 @@ grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackSer
   auto* reactor = ctx->DefaultReactor();
   auto results = std::make_shared<CallResults>();
   run(ops, results.get(), call_deadline(*ctx), [this, method, reactor, results, respond](const grpc::Status& status) {
-    const grpc::Status final_status = status.ok() ? respond(*results) : status;
+    const grpc::Status final_status = status.ok() ? respond(*results) : status;  // respond may move the results out
     count(method, final_status);  // before Finish: a client that has its answer finds the call counted
     reactor->Finish(final_status);
   });
@@ -171,9 +171,9 @@ grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const
   }
   auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
   CallOps ops{1, {}, OpKind::kGet, req->key(), len.get(), {}, nullptr};
-  return unary("Get", ctx, ops, [resp, len](const CallResults& r) {
+  return unary("Get", ctx, ops, [resp, len](CallResults& r) {
     resp->set_found(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
-    resp->set_value(r.values);
+    resp->set_value(std::move(r.values));
     return grpc::Status::OK;
   });
 }
@@ -189,7 +189,7 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
   auto lens = std::make_shared<std::array<std::uint32_t, 2>>(
       std::array<std::uint32_t, 2>{static_cast<std::uint32_t>(req->key().size()), static_cast<std::uint32_t>(req->value().size())});
   CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), &(*lens)[0], req->value(), &(*lens)[1]};
-  return unary("Put", ctx, ops, [resp, lens](const CallResults& r) {
+  return unary("Put", ctx, ops, [resp, lens](CallResults& r) {
     const auto s = static_cast<OpStatus>(r.results[0]);
     if (s == OpStatus::kFull) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the table is full");
     resp->set_result(static_cast<v1::Result>(s));
@@ -204,7 +204,7 @@ grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, co
   }
   auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
   CallOps ops{1, {}, OpKind::kDelete, req->key(), len.get(), {}, nullptr};
-  return unary("Delete", ctx, ops, [resp, len](const CallResults& r) {
+  return unary("Delete", ctx, ops, [resp, len](CallResults& r) {
     resp->set_deleted(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     return grpc::Status::OK;
   });
@@ -216,9 +216,9 @@ grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchGet", ctx, "malformed request: " + e);
   }
-  return unary("BatchGet", ctx, ops, [resp](const CallResults& r) {
-    resp->set_results(r.results);
-    resp->set_values(r.values);
+  return unary("BatchGet", ctx, ops, [resp](CallResults& r) {
+    resp->set_results(std::move(r.results));
+    resp->set_values(std::move(r.values));
     resp->mutable_value_lengths()->Add(r.value_lengths.begin(), r.value_lengths.end());
     return grpc::Status::OK;
   });
@@ -231,8 +231,8 @@ grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
     return reject("BatchPut", ctx, "malformed request: " + e);
   }
-  return unary("BatchPut", ctx, ops, [resp](const CallResults& r) {
-    resp->set_results(r.results);
+  return unary("BatchPut", ctx, ops, [resp](CallResults& r) {
+    resp->set_results(std::move(r.results));
     return grpc::Status::OK;
   });
 }
@@ -243,8 +243,8 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchDelete", ctx, "malformed request: " + e);
   }
-  return unary("BatchDelete", ctx, ops, [resp](const CallResults& r) {
-    resp->set_results(r.results);
+  return unary("BatchDelete", ctx, ops, [resp](CallResults& r) {
+    resp->set_results(std::move(r.results));
     return grpc::Status::OK;
   });
 }
@@ -339,8 +339,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](const grpc::Status& status) {
       service_.count("Stream", status);
       if (status.ok()) {
-        item->response.set_results(item->results.results);
-        item->response.set_values(item->results.values);
+        item->response.set_results(std::move(item->results.results));
+        item->response.set_values(std::move(item->results.values));
         item->response.mutable_value_lengths()->Add(item->results.value_lengths.begin(), item->results.value_lengths.end());
       } else {  // queue full, deadline, draining: every op of this request fails, the stream goes on
         item->response.set_results(std::string(item->request.ops().size(), static_cast<char>(OpStatus::kFull)));

@@ -13,6 +13,8 @@
 // detail/ticket_board.hpp.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +26,26 @@ namespace gpukv {
 namespace detail {
 class Backend;
 }
+
+// Host memory for batch columns, from Table::allocate_host(): pinned (page-locked) on the GPU backend, so that
+// the table's copies run by DMA at full link speed and asynchronously; ordinary memory on the CPU backend.
+// Zeroed, 8-byte aligned, owned; it may outlive the table.
+class HostMemory {
+ public:
+  using Release = void (*)(void*);
+  HostMemory() = default;
+  HostMemory(std::uint8_t* data, std::size_t bytes, Release release) : data_(data, Free{release}), bytes_(bytes) {}
+  std::uint8_t* data() const { return data_.get(); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  struct Free {
+    Release release;
+    void operator()(std::uint8_t* p) const { release(p); }
+  };
+  std::unique_ptr<std::uint8_t, Free> data_{nullptr, Free{nullptr}};
+  std::size_t bytes_ = 0;
+};
 
 class Table {
  public:
@@ -38,6 +60,15 @@ class Table {
   // passes, in order). Thread-safe: concurrent calls are serialised.
   void execute(const BatchIn& in, const BatchOut& out);
 
+  // Host memory for batch columns that execute() copies fastest (see HostMemory). Throws Error(kOutOfMemory).
+  HostMemory allocate_host(std::size_t bytes);
+  // Starts copying a batch's input columns to the GPU ahead of the execute() that will run it, on a stream
+  // of its own, so that the copy overlaps the batch running now: a server stages the next batch while one
+  // runs. `in` must fit one pass (in.size <= config.max_batch; larger batches are not prefetched) and stay
+  // unchanged until an execute() with the same columns has returned; that execute() then waits for the copy
+  // instead of making it. Returns at once; thread-safe, also while execute() runs. The CPU backend has nothing
+  // to copy and ignores it.
+  void prefetch(const BatchIn& in);
   // As execute(), with every column in GPU memory (GPU backend only): for in-process GPU users and the
   // benchmark, which time the table without host-device copies.
   void execute_on_device(const BatchIn& in, const BatchOut& out);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -96,6 +97,11 @@ class CpuBackend final : public Backend {
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
     runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(in.size));
+  }
+  HostMemory allocate_host(std::size_t bytes) override {
+    void* p = std::calloc(std::max<std::size_t>(bytes, 1), 1);  // malloc's alignment (16) covers the 8 needed
+    if (p == nullptr) throw Error(Error::Code::kOutOfMemory, "cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+    return HostMemory(static_cast<std::uint8_t*>(p), bytes, std::free);
   }
   bool cleanup() override { return runner_.cleanup(); }
   TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }

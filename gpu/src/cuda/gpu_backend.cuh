@@ -6,8 +6,10 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "../backend.hpp"
@@ -210,6 +212,14 @@ struct StreamHandle {
   StreamHandle& operator=(const StreamHandle&) = delete;
 };
 
+struct EventHandle {
+  cudaEvent_t event = nullptr;
+  EventHandle() { GPUKV_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~EventHandle() { cudaEventDestroy(event); }
+  EventHandle(const EventHandle&) = delete;
+  EventHandle& operator=(const EventHandle&) = delete;
+};
+
 int select_device(int ordinal) {
   GPUKV_CUDA_CHECK(cudaSetDevice(ordinal));
   return ordinal;
@@ -240,6 +250,25 @@ class DeviceColumns {
     return BatchIn{n, ops_.data(), keys_.data(), key_lens_.data(), values_.data(), value_lens_.as<std::uint32_t>()};
   }
   BatchOut out() const { return BatchOut{status_.data(), out_values_.data(), out_value_lens_.as<std::uint32_t>()}; }
+
+  // Copies a batch's input columns from host memory into these, in stream order on `s`. Returns them as the
+  // pass's input: without value columns if the batch has none.
+  BatchIn copy_in(const BatchIn& in, std::uint32_t key_width, std::uint32_t value_stride, cudaStream_t s) const {
+    const std::uint64_t n = in.size;
+    BatchIn d = this->in(n);
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.ops), in.ops, n, cudaMemcpyHostToDevice, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.keys), in.keys, n * key_width, cudaMemcpyHostToDevice, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.key_lens), in.key_lens, n, cudaMemcpyHostToDevice, s));
+    if (in.values != nullptr && in.value_lens != nullptr) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.values), in.values, n * value_stride, cudaMemcpyHostToDevice, s));
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint32_t*>(d.value_lens), in.value_lens, n * sizeof(std::uint32_t),
+                                       cudaMemcpyHostToDevice, s));
+    } else {
+      d.values = nullptr;
+      d.value_lens = nullptr;
+    }
+    return d;
+  }
 
  private:
   std::uint64_t capacity_ = 0;
@@ -272,6 +301,8 @@ class GpuBackend final : public Backend {
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
   }
 
+  ~GpuBackend() override { cudaStreamSynchronize(copy_stream_.stream); }  // no prefetch still reading host memory
+
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
     if (memory == Memory::kDevice) {
@@ -281,20 +312,28 @@ class GpuBackend final : public Backend {
     const std::uint64_t n = in.size;
     const std::uint32_t stride = geometry_.value_stride;
     const cudaStream_t s = stream_.stream;
-    staging_.reserve(std::max<std::uint64_t>(n, 1024), config_.key_width, stride);
-    const BatchIn d_in = staging_.in(n);
-    BatchOut d_out = staging_.out();
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.ops), in.ops, n, cudaMemcpyHostToDevice, s));
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.keys), in.keys, n * config_.key_width, cudaMemcpyHostToDevice, s));
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.key_lens), in.key_lens, n, cudaMemcpyHostToDevice, s));
-    BatchIn run_in = d_in;
-    if (in.values != nullptr && in.value_lens != nullptr) {
-      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d_in.values), in.values, n * stride, cudaMemcpyHostToDevice, s));
-      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint32_t*>(d_in.value_lens), in.value_lens, n * sizeof(std::uint32_t),
-                                       cudaMemcpyHostToDevice, s));
+    // The batch's input is on the GPU already, or on its way, if it was prefetched: wait for that copy.
+    // Otherwise copy it now, in stream order.
+    Upload* upload = take_upload(in);
+    const auto release = [&] {
+      if (upload == nullptr) return;
+      std::lock_guard lock(uploads_mutex_);
+      upload->state = Upload::State::kFree;
+    };
+    struct Release {
+      const decltype(release)& f;
+      ~Release() { f(); }
+    } release_on_exit{release};  // also when a CUDA call throws
+    BatchIn run_in;
+    BatchOut d_out;
+    if (upload != nullptr) {
+      GPUKV_CUDA_CHECK(cudaStreamWaitEvent(s, upload->copied.event, 0));
+      run_in = upload->device_in;
+      d_out = upload->device.out();
     } else {
-      run_in.values = nullptr;
-      run_in.value_lens = nullptr;
+      staging_.reserve(std::max<std::uint64_t>(n, 1024), config_.key_width, stride);
+      run_in = staging_.copy_in(in, config_.key_width, stride, s);
+      d_out = staging_.out();
     }
     if (out.values == nullptr) {
       d_out.values = nullptr;
@@ -311,6 +350,40 @@ class GpuBackend final : public Backend {
   }
 
   void batch_done(std::uint64_t ops) override { exec_.report(ops); }
+
+  HostMemory allocate_host(std::size_t bytes) override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    void* p = nullptr;
+    // Portable: pinned for every CUDA context, whichever thread allocates.
+    const cudaError_t err = cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(Error::Code::kOutOfMemory, "cannot allocate " + std::to_string(bytes) +
+                                                 " bytes of pinned host memory: " + cudaGetErrorString(err));
+    }
+    std::memset(p, 0, bytes);
+    return HostMemory(static_cast<std::uint8_t*>(p), bytes, [](void* q) { cudaFreeHost(q); });
+  }
+
+  // Copies the batch's input into a free upload slot on the copy stream. With both slots taken (one running,
+  // one prefetched and not yet run) the batch is not prefetched; its execute() copies it then.
+  void prefetch(const BatchIn& in) override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    std::lock_guard lock(uploads_mutex_);
+    Upload* slot = nullptr;
+    for (Upload& u : uploads_) {  // the same columns prefetched again (changed since): copy them again
+      if (u.state == Upload::State::kCopied && same_columns(u.host, in)) slot = &u;
+    }
+    for (Upload& u : uploads_) {
+      if (slot == nullptr && u.state == Upload::State::kFree) slot = &u;
+    }
+    if (slot == nullptr) return;
+    slot->device.reserve(std::max<std::uint64_t>(in.size, 1024), config_.key_width, geometry_.value_stride);
+    slot->device_in = slot->device.copy_in(in, config_.key_width, geometry_.value_stride, copy_stream_.stream);
+    GPUKV_CUDA_CHECK(cudaEventRecord(slot->copied.event, copy_stream_.stream));
+    slot->host = in;
+    slot->state = Upload::State::kCopied;
+  }
 
   bool cleanup() override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
@@ -350,6 +423,36 @@ class GpuBackend final : public Backend {
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
                        pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
   }
+
+  // A batch's input copied to the GPU ahead of its execute() (Table::prefetch): two slots, so that the next
+  // batch's copy runs while the current one executes.
+  struct Upload {
+    enum class State { kFree, kCopied, kRunning };
+    State state = State::kFree;  // guarded by uploads_mutex_
+    BatchIn host;                // the host columns copied, which execute() matches
+    DeviceColumns device;
+    BatchIn device_in;           // their copy, as the pass's input
+    EventHandle copied;          // recorded on the copy stream after the copy
+  };
+  static bool same_columns(const BatchIn& a, const BatchIn& b) {
+    return a.size == b.size && a.ops == b.ops && a.keys == b.keys && a.key_lens == b.key_lens && a.values == b.values &&
+           a.value_lens == b.value_lens;
+  }
+  // The prefetched upload of exactly these columns, now marked running; or nullptr.
+  Upload* take_upload(const BatchIn& in) {
+    std::lock_guard lock(uploads_mutex_);
+    for (Upload& u : uploads_) {
+      if (u.state == Upload::State::kCopied && same_columns(u.host, in)) {
+        u.state = Upload::State::kRunning;
+        return &u;
+      }
+    }
+    return nullptr;
+  }
+
+  StreamHandle copy_stream_;
+  std::mutex uploads_mutex_;
+  std::array<Upload, 2> uploads_;
 
   GpuBuffer counters_;
   CudaExecutor exec_;
