@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root: the GPU tests, then the benchmarks, with logs
-# under $OUT. Usage: bench/device/run.sh [tests|bench|host|all] [benchmark flags...]
-#   bench: table_bench_gpu; host: host_tier_bench_gpu (the flags go to the one that runs)
+# under $OUT. Usage: bench/device/run.sh [tests|bench|host|staging|all] [benchmark flags...]
+#   bench: table_bench_gpu; host: host_tier_bench_gpu; staging: staging_bench_gpu (the flags go to the one
+#   that runs)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -19,6 +20,9 @@ if [[ $what == tests || $what == all ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   "$bundle/bin/table_bench_gpu" "$@" 2>&1 | tee "$out/table_bench_gpu.log" || status=1
+fi
+if [[ $what == staging ]]; then
+  "$bundle/bin/staging_bench_gpu" "$@" 2>&1 | tee "$out/staging_bench_gpu.log" || status=1
 fi
 if [[ $what == host ]]; then
   "$bundle/bin/host_tier_bench_gpu" "$@" 2>&1 | tee "$out/host_tier_bench_gpu.log" || status=1

@@ -26,17 +26,32 @@ serve() {  # serve <port> <flags...>: starts a server and waits until it answers
   return 1
 }
 load() { "$bundle/bin/gpukv-load" --seconds="$secs" "$@" 2>&1 | grep -E 'RESULT|error|Error' | tee -a "$log"; }
+# The latest server's batch counters from its metrics port (no curl there: bash's /dev/tcp): how many
+# batches, how large, and how long each took to execute (copies and kernels) and waited in the queue.
+batch_metrics() {
+  local port
+  port=$(grep -o 'metrics on port [0-9]*' "$out/server.log" | tail -1 | awk '{print $4}')
+  exec 3<>"/dev/tcp/127.0.0.1/$port" || return 0
+  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  grep -E '^gpukv_(batch_size_ops|batch_execution_seconds|queue_delay_seconds)_(sum|count)|^gpukv_batches_total' <&3 | tee -a "$log"
+  exec 3>&-
+}
+# The counters are cumulative: the difference between successive snapshots belongs to the run between them.
+load_then_metrics() {
+  load "$@"
+  batch_metrics
+}
 
 # The device tier only: 16-byte keys, 8-byte values, 64 M slots.
 if serve 50091 --capacity=67108864 --key_width=16 --value_width=8; then
   t=--target=127.0.0.1:50091
-  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1   # fills part of the table
-  load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
-  load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
-  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
-  load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
-  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0.5 --put=0.45
-  load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1   # fills part of the table
+  load_then_metrics $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0.5 --put=0.45
+  load_then_metrics $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
   kill -TERM $server
   wait $server
 fi

@@ -10,11 +10,27 @@
 namespace gpukv::load {
 namespace {
 
+// Fills a batch request's key columns with the next `n` keys, reusing the request's buffers.
+template <class Request>
+void next_keys(Request& req, Workload& work, std::uint32_t n) {
+  req.mutable_keys()->clear();
+  req.mutable_key_lengths()->Clear();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    const std::string_view k = work.next_key();
+    req.mutable_keys()->append(k);
+    req.add_key_lengths(static_cast<std::uint32_t>(k.size()));
+  }
+}
+
 void unary_or_batch(const Settings& s, Totals& totals, client::Client& client, Workload& work, Clock::time_point end) {
-  std::vector<std::string> keys;
-  std::vector<std::pair<std::string, std::string>> entries;
-  std::vector<client::KeyResult> got;
-  std::vector<v1::Result> results;
+  // Batch calls go through the client's packed forms, their messages reused from call to call: the load
+  // generator shares the machine with the server, so it builds no string per key.
+  v1::BatchGetRequest get_req;
+  v1::BatchGetResponse get_resp;
+  v1::BatchPutRequest put_req;
+  v1::BatchPutResponse put_resp;
+  v1::BatchDeleteRequest del_req;
+  v1::BatchDeleteResponse del_resp;
   while (Clock::now() < end) {
     const v1::OpKind kind = work.next_kind();
     const auto start = Clock::now();
@@ -31,17 +47,21 @@ void unary_or_batch(const Settings& s, Totals& totals, client::Client& client, W
         status = client.del(key);
       }
     } else if (kind == v1::OP_PUT) {
-      entries.resize(s.batch);
-      for (auto& [k, v] : entries) {
-        k = work.next_key();
-        v = s.value;
+      next_keys(put_req, work, s.batch);
+      put_req.mutable_values()->clear();
+      put_req.mutable_value_lengths()->Clear();
+      for (std::uint32_t i = 0; i < s.batch; ++i) {
+        put_req.mutable_values()->append(s.value);
+        put_req.add_value_lengths(static_cast<std::uint32_t>(s.value.size()));
       }
-      status = client.batch_put(entries, false, &results);
-      for (v1::Result r : results) full += r == v1::RESULT_FULL;
+      status = client.batch_put(put_req, &put_resp);
+      if (status.ok()) full = count_full(put_resp.results());
+    } else if (kind == v1::OP_GET) {
+      next_keys(get_req, work, s.batch);
+      status = client.batch_get(get_req, &get_resp);
     } else {
-      keys.resize(s.batch);
-      for (auto& k : keys) k = work.next_key();
-      status = kind == v1::OP_GET ? client.batch_get(keys, &got) : client.batch_delete(keys, &results);
+      next_keys(del_req, work, s.batch);
+      status = client.batch_delete(del_req, &del_resp);
     }
     totals.record(start, s.keys_per_call(), status, full);
   }

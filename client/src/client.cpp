@@ -108,13 +108,26 @@ grpc::Status Client::del(std::string_view key, bool* deleted) {
   return s;
 }
 
+grpc::Status Client::batch_get(const v1::BatchGetRequest& request, v1::BatchGetResponse* response) {
+  return with_retries([&](grpc::ClientContext& c) { return stub_->BatchGet(&c, request, response); });
+}
+
+grpc::Status Client::batch_put(const v1::BatchPutRequest& request, v1::BatchPutResponse* response) {
+  return with_retries([&](grpc::ClientContext& c) { return stub_->BatchPut(&c, request, response); });
+}
+
+grpc::Status Client::batch_delete(const v1::BatchDeleteRequest& request, v1::BatchDeleteResponse* response) {
+  return with_retries([&](grpc::ClientContext& c) { return stub_->BatchDelete(&c, request, response); });
+}
+
 grpc::Status Client::batch_get(const std::vector<std::string>& keys, std::vector<KeyResult>* results) {
   v1::BatchGetRequest req;
   pack_keys(keys, req.mutable_keys(), req.mutable_key_lengths());
   v1::BatchGetResponse resp;
-  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchGet(&c, req, &resp); });
+  grpc::Status s = batch_get(req, &resp);
   if (!s.ok()) return s;
   results->clear();
+  results->reserve(static_cast<std::size_t>(resp.value_lengths_size()));
   std::size_t offset = 0;
   for (int i = 0; i < resp.value_lengths_size(); ++i) {
     const std::uint32_t len = resp.value_lengths(i);
@@ -135,7 +148,7 @@ grpc::Status Client::batch_put(const std::vector<std::pair<std::string, std::str
     req.add_value_lengths(static_cast<std::uint32_t>(v.size()));
   }
   v1::BatchPutResponse resp;
-  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchPut(&c, req, &resp); });
+  grpc::Status s = batch_put(req, &resp);
   if (s.ok()) unpack_results(resp.results(), results);
   return s;
 }
@@ -144,7 +157,7 @@ grpc::Status Client::batch_delete(const std::vector<std::string>& keys, std::vec
   v1::BatchDeleteRequest req;
   pack_keys(keys, req.mutable_keys(), req.mutable_key_lengths());
   v1::BatchDeleteResponse resp;
-  grpc::Status s = with_retries([&](grpc::ClientContext& c) { return stub_->BatchDelete(&c, req, &resp); });
+  grpc::Status s = batch_delete(req, &resp);
   if (s.ok()) unpack_results(resp.results(), results);
   return s;
 }

@@ -42,6 +42,12 @@ class Client {
   grpc::Status put(std::string_view key, std::string_view value, bool if_absent = false, v1::Result* result = nullptr);
   grpc::Status del(std::string_view key, bool* deleted = nullptr);
 
+  // Packed forms: the caller builds the request's columns (pack_keys() below helps) and reads the response's
+  // columns as they arrived, with no string per key: for callers that move many keys (gpukv-load).
+  grpc::Status batch_get(const v1::BatchGetRequest& request, v1::BatchGetResponse* response);
+  grpc::Status batch_put(const v1::BatchPutRequest& request, v1::BatchPutResponse* response);
+  grpc::Status batch_delete(const v1::BatchDeleteRequest& request, v1::BatchDeleteResponse* response);
+
   grpc::Status batch_get(const std::vector<std::string>& keys, std::vector<KeyResult>* results);
   grpc::Status batch_put(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent,
                          std::vector<v1::Result>* results);
