@@ -65,12 +65,17 @@ struct Batcher::StagedBatch {
   std::uint32_t *value_lens, *out_value_lens;
   std::uint8_t *keys, *values, *out_values;
   std::size_t size = 0;
+  std::size_t writes = 0, gets = 0;  // valid PUTs and GETs staged
   Clock::time_point oldest{};
   std::vector<Segment> segments;
   std::vector<std::unique_ptr<CallState>> owned;  // calls whose last ops are in this batch
 
-  BatchIn in() const { return BatchIn{size, ops, keys, key_lens, values, value_lens}; }
-  BatchOut out() const { return BatchOut{status, out_values, out_value_lens}; }
+  // A batch without writes leaves out the value columns, and one without GETs the result values: the GPU
+  // backend copies only the columns given.
+  BatchIn in() const {
+    return BatchIn{size, ops, keys, key_lens, writes != 0 ? values : nullptr, writes != 0 ? value_lens : nullptr};
+  }
+  BatchOut out() const { return BatchOut{status, gets != 0 ? out_values : nullptr, gets != 0 ? out_value_lens : nullptr}; }
 };
 
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch)
@@ -153,6 +158,7 @@ void Batcher::drain() {
 std::vector<std::unique_ptr<Batcher::CallState>> Batcher::fill(StagedBatch& batch, Clock::time_point now) {
   std::vector<std::unique_ptr<CallState>> expired;
   batch.size = 0;
+  batch.writes = batch.gets = 0;
   batch.segments.clear();
   batch.owned.clear();
   while (!queue_.empty() && batch.size < config_.batch_size) {
@@ -226,6 +232,8 @@ void Batcher::stage_loop() {
         batch->key_lens[row] = valid ? static_cast<std::uint8_t>(key_len) : 0;
         if (valid) std::memcpy(batch->keys + row * key_width_, ops.keys.data() + key_offset, key_len);
         batch->value_lens[row] = valid ? value_len : 0;
+        batch->writes += valid && writes;
+        batch->gets += valid && kind == static_cast<std::uint8_t>(OpKind::kGet);
         if (valid && value_len != 0) {
           std::memcpy(batch->values + row * value_stride_, ops.values.data() + value_offset, value_len);
         }

@@ -365,24 +365,33 @@ class GpuBackend final : public Backend {
     return HostMemory(static_cast<std::uint8_t*>(p), bytes, [](void* q) { cudaFreeHost(q); });
   }
 
-  // Copies the batch's input into a free upload slot on the copy stream. With both slots taken (one running,
-  // one prefetched and not yet run) the batch is not prefetched; its execute() copies it then.
+  // Copies the batch's input into an upload slot on the copy stream: the slot that holds these columns
+  // already (refilled since: copied again), else a free one, else the oldest prefetch not yet running (its
+  // execute(), if it comes, copies for itself). With one slot running and the other prefetched, as in the
+  // batcher, a new prefetch therefore takes the place of one that was never run.
   void prefetch(const BatchIn& in) override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
     std::lock_guard lock(uploads_mutex_);
+    using State = Upload::State;
     Upload* slot = nullptr;
-    for (Upload& u : uploads_) {  // the same columns prefetched again (changed since): copy them again
-      if (u.state == Upload::State::kCopied && same_columns(u.host, in)) slot = &u;
+    for (Upload& u : uploads_) {
+      if (u.state == State::kCopied && same_columns(u.host, in)) slot = &u;
     }
     for (Upload& u : uploads_) {
-      if (slot == nullptr && u.state == Upload::State::kFree) slot = &u;
+      if (slot == nullptr && u.state == State::kFree) slot = &u;
     }
-    if (slot == nullptr) return;
+    if (slot == nullptr) {
+      for (Upload& u : uploads_) {
+        if (u.state == State::kCopied && (slot == nullptr || u.sequence < slot->sequence)) slot = &u;
+      }
+    }
+    if (slot == nullptr) return;  // every slot is running
     slot->device.reserve(std::max<std::uint64_t>(in.size, 1024), config_.key_width, geometry_.value_stride);
     slot->device_in = slot->device.copy_in(in, config_.key_width, geometry_.value_stride, copy_stream_.stream);
     GPUKV_CUDA_CHECK(cudaEventRecord(slot->copied.event, copy_stream_.stream));
     slot->host = in;
     slot->state = Upload::State::kCopied;
+    slot->sequence = ++uploads_made_;
   }
 
   bool cleanup() override {
@@ -433,6 +442,7 @@ class GpuBackend final : public Backend {
     DeviceColumns device;
     BatchIn device_in;           // their copy, as the pass's input
     EventHandle copied;          // recorded on the copy stream after the copy
+    std::uint64_t sequence = 0;  // when it was prefetched (the oldest is replaced first)
   };
   static bool same_columns(const BatchIn& a, const BatchIn& b) {
     return a.size == b.size && a.ops == b.ops && a.keys == b.keys && a.key_lens == b.key_lens && a.values == b.values &&
@@ -453,6 +463,7 @@ class GpuBackend final : public Backend {
   StreamHandle copy_stream_;
   std::mutex uploads_mutex_;
   std::array<Upload, 2> uploads_;
+  std::uint64_t uploads_made_ = 0;  // guarded by uploads_mutex_
 
   GpuBuffer counters_;
   CudaExecutor exec_;
