@@ -2,10 +2,13 @@
 # The service beside Redis on this machine, same workload shapes, one run: unpipelined single keys, batches
 # of 100 and 1000 keys (Redis MGET/MSET of 100), pipelined / streamed groups of 64. Both servers and their
 # load tools share the machine's cores. Writes the raw output to bench/results/<date>-service-<host>.log and
-# prints the RESULT lines. Needs: build/ (server, gpukv-load), redis-server and redis-benchmark.
+# prints the RESULT lines (LABEL=x adds -x to the log's name). Needs: build/ (server, gpukv-load), redis-server and redis-benchmark.
 set -euo pipefail
+# This machine is a VM whose host lends its cores to others too: each gpukv line is followed by the share of
+# its time that the hypervisor took away (steal), so that a slow line can be told from a slow server.
+steal() { awk '/^cpu / {print $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9}' /proc/stat; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=$root/bench/results/$(date -u +%Y-%m-%d)-service-$(hostname -s).log
+out=$root/bench/results/$(date -u +%Y-%m-%d)-service-$(hostname -s)${LABEL:+-$LABEL}.log
 secs=${SECONDS_PER_RUN:-8}
 : > "$out"
 { echo "# $(date -u +%FT%TZ) $(nproc) cores, $(git -C "$root" rev-parse --short HEAD)"; } >> "$out"
@@ -15,12 +18,14 @@ sleep 1
 rb() { redis-benchmark -p 6399 -r 1000000 --csv "$@" 2>/dev/null | tail -1; }
 keys=$(for _ in $(seq 1 100); do printf 'key:__rand_int__ '; done)
 kvs=$(for _ in $(seq 1 100); do printf 'key:__rand_int__ v '; done)
+redis_steal=$(steal)
 {
   echo "redis SET c50 $(rb -t set -n 300000 -c 50)"
   echo "redis GET c50 $(rb -t get -n 300000 -c 50)"
   echo "redis GET c50 P64 $(rb -t get -n 3000000 -c 50 -P 64)"
   echo "redis MGET100 c50 $(rb -n 40000 -c 50 MGET $keys)"
   echo "redis MSET100 c50 $(rb -n 20000 -c 50 MSET $kvs)"
+  echo "$redis_steal $(steal)" | awk '{printf "STEAL %.1f%% (the Redis lines)\n", 100 * ($3 - $1) / ($4 - $2)}'
 } >> "$out"
 redis-cli -p 6399 shutdown nosave >/dev/null 2>&1 || true
 
@@ -28,7 +33,13 @@ redis-cli -p 6399 shutdown nosave >/dev/null 2>&1 || true
   --key_width=16 --value_width=8 --log_level=warn >/dev/null 2>&1 &
 server=$!
 sleep 2
-load() { "$root/build/client/gpukv-load" --target=127.0.0.1:50088 --seconds="$secs" --keys=1000000 "$@" 2>/dev/null; }
+load() {
+  local before after
+  before=$(steal)
+  "$root/build/client/gpukv-load" --target=127.0.0.1:50088 --seconds="$secs" --keys=1000000 "$@" 2>/dev/null
+  after=$(steal)
+  echo "$before $after" | awk '{printf "STEAL %.1f%%\n", 100 * ($3 - $1) / ($4 - $2)}'
+}
 {
   load --mode=unary --callers=64 --get=1 --put=0
   load --mode=unary --callers=64 --get=0 --put=1
@@ -39,4 +50,4 @@ load() { "$root/build/client/gpukv-load" --target=127.0.0.1:50088 --seconds="$se
 } >> "$out"
 kill -TERM $server
 wait $server || true
-grep -E "^redis|RESULT" "$out"
+grep -E "^redis|RESULT|STEAL" "$out"
