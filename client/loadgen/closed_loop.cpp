@@ -1,6 +1,11 @@
-// Closed loop: each caller thread waits for its call before sending the next (unary and batch modes through
-// the client library's blocking calls), or keeps --depth groups in flight on its own stream (stream mode:
-// send() waits for room, and each group's latency runs from the moment it was handed to send()).
+// Closed loop: each caller keeps one call in flight and starts the next from the callback of the last one
+// (unary and batch modes, on the stub's callback API), or keeps --depth groups in flight on its own stream
+// (stream mode: send() waits for room, and each group's latency runs from the moment it was handed to
+// send()).
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,50 +27,109 @@ void next_keys(Request& req, Workload& work, std::uint32_t n) {
   }
 }
 
-void unary_or_batch(const Settings& s, Totals& totals, client::Client& client, Workload& work, Clock::time_point end) {
-  // Batch calls go through the client's packed forms, their messages reused from call to call: the load
-  // generator shares the machine with the server, so it builds no string per key.
-  v1::BatchGetRequest get_req;
-  v1::BatchGetResponse get_resp;
-  v1::BatchPutRequest put_req;
-  v1::BatchPutResponse put_resp;
-  v1::BatchDeleteRequest del_req;
-  v1::BatchDeleteResponse del_resp;
-  while (Clock::now() < end) {
-    const v1::OpKind kind = work.next_kind();
-    const auto start = Clock::now();
-    grpc::Status status;
-    std::uint64_t full = 0;
-    if (s.mode == Mode::kUnary) {
-      const std::string key(work.next_key());
+// Counts down the callers still running; run_closed_loop waits for zero.
+class Countdown {
+ public:
+  explicit Countdown(std::uint32_t n) : left_(n) {}
+  void done() {
+    std::lock_guard lock(mutex_);
+    if (--left_ == 0) zero_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    zero_.wait(lock, [&] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable zero_;
+  std::uint32_t left_;
+};
+
+// One caller of the unary and batch modes: a chain of calls, each started from the callback of the one
+// before, on the caller's own channel. No thread of ours waits on a call: a thread blocked per call costs a
+// wake-up per call, and gpukv-load shares the machine's cores with the server it measures. The messages
+// are reused from call to call, so the load generator builds no string per key.
+class ChainedCaller {
+ public:
+  ChainedCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point end, Countdown& running)
+      : s_(s), totals_(totals), end_(end), running_(running), client_(s.client), work_(s.mix, id * 7919 + 1) {}
+
+  void start() { next(); }
+
+ private:
+  void next() {
+    if (Clock::now() >= end_) {
+      running_.done();  // the last touch of this object
+      return;
+    }
+    context_.emplace();
+    context_->set_deadline(std::chrono::system_clock::now() + s_.client.timeout);
+    auto* stub = client_.stub().async();
+    const v1::OpKind kind = work_.next_kind();
+    started_ = Clock::now();
+    if (s_.mode == Mode::kUnary) {
+      const std::string_view key = work_.next_key();
       if (kind == v1::OP_GET) {
-        std::optional<std::string> value;
-        status = client.get(key, &value);
+        get_.set_key(key.data(), key.size());
+        stub->Get(&*context_, &get_, &get_resp_, [this](grpc::Status st) { finished(st, 0); });
       } else if (kind == v1::OP_PUT) {
-        status = client.put(key, s.value);
+        put_.set_key(key.data(), key.size());
+        put_.set_value(s_.value);
+        stub->Put(&*context_, &put_, &put_resp_,
+                  [this](grpc::Status st) { finished(st, 0); });  // a full table answers RESOURCE_EXHAUSTED
       } else {
-        status = client.del(key);
+        del_.set_key(key.data(), key.size());
+        stub->Delete(&*context_, &del_, &del_resp_, [this](grpc::Status st) { finished(st, 0); });
       }
     } else if (kind == v1::OP_PUT) {
-      next_keys(put_req, work, s.batch);
-      put_req.mutable_values()->clear();
-      put_req.mutable_value_lengths()->Clear();
-      for (std::uint32_t i = 0; i < s.batch; ++i) {
-        put_req.mutable_values()->append(s.value);
-        put_req.add_value_lengths(static_cast<std::uint32_t>(s.value.size()));
+      next_keys(batch_put_, work_, s_.batch);
+      if (batch_put_.value_lengths_size() != static_cast<int>(s_.batch)) {  // every write carries s.value
+        batch_put_.mutable_values()->clear();
+        batch_put_.mutable_value_lengths()->Clear();
+        for (std::uint32_t i = 0; i < s_.batch; ++i) {
+          batch_put_.mutable_values()->append(s_.value);
+          batch_put_.add_value_lengths(static_cast<std::uint32_t>(s_.value.size()));
+        }
       }
-      status = client.batch_put(put_req, &put_resp);
-      if (status.ok()) full = count_full(put_resp.results());
+      stub->BatchPut(&*context_, &batch_put_, &batch_put_resp_, [this](grpc::Status st) {
+        finished(st, st.ok() ? count_full(batch_put_resp_.results()) : 0);
+      });
     } else if (kind == v1::OP_GET) {
-      next_keys(get_req, work, s.batch);
-      status = client.batch_get(get_req, &get_resp);
+      next_keys(batch_get_, work_, s_.batch);
+      stub->BatchGet(&*context_, &batch_get_, &batch_get_resp_, [this](grpc::Status st) { finished(st, 0); });
     } else {
-      next_keys(del_req, work, s.batch);
-      status = client.batch_delete(del_req, &del_resp);
+      next_keys(batch_del_, work_, s_.batch);
+      stub->BatchDelete(&*context_, &batch_del_, &batch_del_resp_, [this](grpc::Status st) { finished(st, 0); });
     }
-    totals.record(start, s.keys_per_call(), status, full);
   }
-}
+
+  void finished(const grpc::Status& status, std::uint64_t full) {
+    totals_.record(started_, s_.keys_per_call(), status, full);
+    next();
+  }
+
+  const Settings& s_;
+  Totals& totals_;
+  const Clock::time_point end_;
+  Countdown& running_;
+  client::Client client_;
+  Workload work_;
+  std::optional<grpc::ClientContext> context_;  // a context serves one call: a fresh one per call
+  Clock::time_point started_;
+  v1::GetRequest get_;
+  v1::GetResponse get_resp_;
+  v1::PutRequest put_;
+  v1::PutResponse put_resp_;
+  v1::DeleteRequest del_;
+  v1::DeleteResponse del_resp_;
+  v1::BatchGetRequest batch_get_;
+  v1::BatchGetResponse batch_get_resp_;
+  v1::BatchPutRequest batch_put_;
+  v1::BatchPutResponse batch_put_resp_;
+  v1::BatchDeleteRequest batch_del_;
+  v1::BatchDeleteResponse batch_del_resp_;
+};
 
 void stream(const Settings& s, Totals& totals, client::Client& client, Workload& work, Clock::time_point end) {
   auto stream = client.stream({.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()) + s.client.timeout,
@@ -88,16 +152,20 @@ void stream(const Settings& s, Totals& totals, client::Client& client, Workload&
 }  // namespace
 
 void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
+  if (s.mode != Mode::kStream) {
+    std::vector<std::unique_ptr<ChainedCaller>> callers;
+    Countdown running(s.callers);
+    for (std::uint32_t id = 0; id < s.callers; ++id) callers.push_back(std::make_unique<ChainedCaller>(s, totals, id, end, running));
+    for (auto& c : callers) c->start();
+    running.wait();
+    return;
+  }
   std::vector<std::thread> threads;
   for (std::uint32_t id = 0; id < s.callers; ++id) {
     threads.emplace_back([&, id] {
       client::Client client(s.client);
       Workload work(s.mix, id * 7919 + 1);
-      if (s.mode == Mode::kStream) {
-        stream(s, totals, client, work, end);
-      } else {
-        unary_or_batch(s, totals, client, work, end);
-      }
+      stream(s, totals, client, work, end);
     });
   }
   for (auto& t : threads) t.join();

@@ -6,7 +6,7 @@
 //
 // Modes: a unary call per key (unary), a batch call of --batch keys with one op kind per call drawn from
 // the mix (batch), or a packed group of --batch mixed ops on a bidirectional stream (stream).
-// Without --rate the load is closed-loop: --callers threads each keep one call (stream: --depth groups) in
+// Without --rate the load is closed-loop: --callers callers each keep one call (stream: --depth groups) in
 // flight. With --rate=N it is open-loop: N ops/s arrive (N / --batch calls or groups per second in batch
 // and stream modes; Poisson or fixed gaps), latency is measured from each arrival's intended time, at most
 // --max_outstanding calls are in flight and arrivals beyond that are dropped and counted (load.hpp).
@@ -27,7 +27,7 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
 ABSL_FLAG(std::string, mode, "unary", "unary, batch or stream");
 ABSL_FLAG(std::uint32_t, batch, 100, "keys per batch call or per stream group");
 ABSL_FLAG(std::uint32_t, depth, 4, "closed loop, stream mode: groups in flight per stream");
-ABSL_FLAG(std::uint32_t, callers, 16, "caller threads, each with its own channel (and stream)");
+ABSL_FLAG(std::uint32_t, callers, 16, "concurrent callers, each with its own channel (and stream)");
 ABSL_FLAG(double, seconds, 10, "run time");
 ABSL_FLAG(std::uint64_t, keys, 1000000, "key space");
 ABSL_FLAG(std::string, distribution, "uniform", "uniform or zipf");

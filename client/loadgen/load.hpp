@@ -29,7 +29,7 @@ struct Settings {
   Mode mode = Mode::kUnary;
   std::uint32_t batch = 100;      // keys per batch call or per stream group
   std::uint32_t depth = 4;        // closed loop, stream mode: groups in flight per stream
-  std::uint32_t callers = 16;     // threads, each with its own channel (and stream)
+  std::uint32_t callers = 16;     // concurrent callers, each with its own channel (and stream)
   Clock::duration duration = std::chrono::seconds(10);
   Mix mix;
   std::string value;              // the value every write carries

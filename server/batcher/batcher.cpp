@@ -115,6 +115,7 @@ void Batcher::submit(Call call) {
   state->unanswered = n;
   const char* refusal = nullptr;
   CallCode code = CallCode::kOk;
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     if (draining_) {
@@ -126,6 +127,9 @@ void Batcher::submit(Call call) {
     } else if (n == 0) {
       code = CallCode::kOk;  // nothing to do: answered at once below
     } else {
+      // The staging thread's decision changes only when the queue stops being empty or fills a batch:
+      // waking it for every call would cost a context switch per call and decide nothing.
+      wake = queued_ops_ == 0 || (queued_ops_ < config_.batch_size && queued_ops_ + n >= config_.batch_size);
       queued_ops_ += n;
       queue_.push_back(std::move(state));
     }
@@ -134,7 +138,7 @@ void Batcher::submit(Call call) {
     state->call.done(code, refusal != nullptr ? refusal : "");
     return;
   }
-  queue_changed_.notify_one();
+  if (wake) queue_changed_.notify_one();
 }
 
 void Batcher::drain() {
