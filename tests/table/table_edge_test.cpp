@@ -1,6 +1,7 @@
 // Edge cases of the table, on every backend present: empty and maximum-length keys and values, keys that
 // differ only in trailing zeros, empty batches and batches of one, a full table, same-key order inside a
-// batch, malformed ops, tombstone clean-up under load, and bad settings.
+// batch, read-only batches (which skip grouping), malformed ops, tombstone clean-up under load, and bad
+// settings.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -150,6 +151,37 @@ TEST_P(TableEdgeTest, MalformedOpsAreRejectedAndChangeNothing) {
   EXPECT_EQ(reads.status(3), OpStatus::kNotFound);
   EXPECT_EQ(reads.status(4), OpStatus::kNotFound);
   EXPECT_EQ(table.stats().items, 2u);
+}
+
+// A pass without valid writes skips grouping (GETs commute): hot keys, misses and malformed ops in it must
+// be answered as in any other pass; one valid write among the same GETs makes the pass grouped again.
+TEST_P(TableEdgeTest, ReadOnlyBatchesAnswerLikeGroupedOnes) {
+  Table table(config(8, 16));
+  Model model(table.stats().max_items);
+  std::vector<Op> fill;
+  for (int i = 0; i < 300; ++i) fill.push_back(put("k" + std::to_string(i), "v" + std::to_string(i)));
+  model.run(table, fill);
+  std::vector<Op> reads;
+  for (int i = 0; i < 600; ++i) reads.push_back(get(i % 3 == 0 ? std::string("k7") : "k" + std::to_string(i)));
+  model.run(table, reads);  // hot key k7, hits below 300, misses above
+  model.check_contents(table);
+
+  // The only write is malformed: the pass is read-only, the write is refused, the GETs are answered.
+  std::vector<Op> ops = {get("k1"), put("k1", "new"), get("k1"), get("k2"), get("absent")};
+  Columns cols(table.config(), ops);
+  cols.raw_value_lens()[1] = 17;  // longer than value_width
+  table.execute(cols.in(), cols.out());
+  EXPECT_EQ(cols.status(1), OpStatus::kInvalid);
+  for (int i : {0, 2}) {
+    EXPECT_EQ(cols.status(i), OpStatus::kOk);
+    EXPECT_EQ(cols.value(i), "v1");
+  }
+  EXPECT_EQ(cols.value(3), "v2");
+  EXPECT_EQ(cols.status(4), OpStatus::kNotFound);
+
+  // One valid write among the same reads: batch order holds around it.
+  model.run(table, {get("k1"), get("k1"), put("k1", "new"), get("k1"), del("k2"), get("k2"), get("k7")});
+  model.check_contents(table);
 }
 
 TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {

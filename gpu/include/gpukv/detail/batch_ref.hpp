@@ -73,7 +73,7 @@ struct Counters {
   unsigned long long host_avoided;  // since creation: host slot reads the info bits ruled out
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
-  unsigned long long writes;      // this pass: PUT, PUT_IF_ABSENT and DELETE ops (counted by GroupOp)
+  unsigned long long writes;      // this pass: valid PUT, PUT_IF_ABSENT and DELETE ops (CountWrites)
   unsigned long long host_queued;  // this pass: ops left to the host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
@@ -120,8 +120,9 @@ GPUKV_HD_INLINE std::uint64_t pending_code(bool in_host, std::uint64_t slot, std
 // (kMaxPassOps) and slots in 40, so sorting entries sorts ops by host address.
 inline constexpr int kHostQueueOpBits = 24;
 
-// Sentinel in group_of[] for an op rejected as malformed.
+// Sentinels in group_of[]: an op rejected as malformed; a valid op of a pass without writes (not grouped).
 inline constexpr std::uint32_t kNoGroup = 0xFFFFFFFFu;
+inline constexpr std::uint32_t kUngrouped = 0xFFFFFFFEu;
 
 // A pass's scratch. See batch_groups.hpp for `groups`.
 struct PassRef {

@@ -1,7 +1,8 @@
 // The steps of one pass, each a per-item function object `f(i, tally)`. A CUDA kernel runs one as a thin
 // grid-stride loop; the CPU backend runs the same object from its worker threads. Order within a pass:
 //
-//   GroupOp        every op: validate, hash its key, enter it in the grouping table
+//   CountWrites    every op: count the pass's valid writes
+//   GroupOp        every op: validate, and (if the pass writes) hash its key and enter it in the grouping table
 //   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
@@ -23,17 +24,33 @@ GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std:
   return load_key(batch.key(op), batch.key_lens[op], table.key_words);
 }
 
+// Counts the pass's valid writes (PUT, PUT_IF_ABSENT, DELETE) before any other step: the lane schedule
+// depends on the mix, and a pass without writes needs no grouping.
+struct CountWrites {
+  static constexpr const char* kName = "CountWrites";
+  BatchRef batch;
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+    tally.writes += batch.kind(op) != OpKind::kGet && batch.valid(op);
+  }
+};
+
+// Groups ops by key so that same-key ops take effect in batch order. A pass without writes skips it: GETs
+// commute (every order gives the same results, and the table does not change), so each runs at once with
+// no hash and no grouping-table CAS, hot keys included (their walks share cache lines).
 template <class Ref>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
-  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+  GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     if (!e.batch.valid(op)) {
       e.batch.set_status(op, OpStatus::kInvalid);
       e.pass.group_of[op] = kNoGroup;
       return;
     }
-    if (e.batch.kind(op) != OpKind::kGet) tally.writes += 1;  // the lane schedule depends on the mix
+    if (e.pass.counters->writes == 0) {  // CountWrites has run: read-only pass
+      e.pass.group_of[op] = kUngrouped;
+      return;
+    }
     const KeyWords key = batch_key(e.table, e.batch, op);
     e.pass.group_of[op] = group_insert(e.pass.groups, e.pass.group_mask, hash_key(key, e.table.key_words));
   }
@@ -93,7 +110,7 @@ struct ExecuteOp {
     const KeyWords key = batch_key(e.table, e.batch, op);
     const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
     const std::uint64_t tickets = e.first_tickets(plan);
-    if (group_shared(e.pass.groups, entry)) {
+    if (entry != kUngrouped && group_shared(e.pass.groups, entry)) {
       e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
       return false;
     }
