@@ -3,6 +3,22 @@
 #include <algorithm>
 
 namespace gpukv::detail {
+namespace {
+
+// Spins until done() or ThreadPool::kSpin has passed; returns done(). Checks the clock every 64 rounds.
+template <class Done>
+bool spin_until(const Done& done) {
+  const auto until = std::chrono::steady_clock::now() + ThreadPool::kSpin;
+  for (unsigned round = 1;; ++round) {
+    if (done()) return true;
+    if (round % 64 == 0 && std::chrono::steady_clock::now() >= until) return false;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(unsigned threads) {
   const unsigned total = threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : threads;
@@ -13,7 +29,7 @@ ThreadPool::ThreadPool(unsigned threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stop_ = true;
+    stop_.store(true);
   }
   wake_.notify_all();
   for (auto& t : workers_) t.join();
@@ -35,38 +51,47 @@ void ThreadPool::parallel_for(std::uint64_t n, std::uint64_t grain,
     body(0, n);
     return;
   }
+  body_ = &body;
+  n_ = n;
+  grain_ = grain;
+  next_.store(0, std::memory_order_relaxed);
+  busy_.store(static_cast<unsigned>(workers_.size()), std::memory_order_relaxed);
+  bool wake;
   {
+    // Under the mutex, so that a worker about to block either sees the new generation or is counted.
     std::lock_guard lock(mutex_);
-    body_ = &body;
-    n_ = n;
-    grain_ = grain;
-    next_.store(0, std::memory_order_relaxed);
-    busy_ = static_cast<unsigned>(workers_.size());
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
+    wake = sleeping_workers_ != 0;
   }
-  wake_.notify_all();
+  if (wake) wake_.notify_all();
   run_chunks();
-  std::unique_lock lock(mutex_);
-  finished_.wait(lock, [this] { return busy_ == 0; });
+  const auto workers_done = [this] { return busy_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(workers_done)) {
+    std::unique_lock lock(mutex_);
+    caller_sleeping_ = true;
+    finished_.wait(lock, workers_done);
+    caller_sleeping_ = false;
+  }
   body_ = nullptr;
 }
 
 void ThreadPool::work_loop() {
   std::uint64_t seen = 0;
+  const auto called = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen; };
   for (;;) {
-    {
+    if (!spin_until(called)) {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      ++sleeping_workers_;
+      wake_.wait(lock, called);
+      --sleeping_workers_;
     }
+    if (stop_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_chunks();
-    bool last;
-    {
-      std::lock_guard lock(mutex_);
-      last = --busy_ == 0;
+    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);  // the caller sets caller_sleeping_ and checks busy_ under the mutex
+      if (caller_sleeping_) finished_.notify_one();
     }
-    if (last) finished_.notify_one();
   }
 }
 

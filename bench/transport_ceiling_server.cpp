@@ -1,0 +1,168 @@
+// transport_ceiling_server: the gpukv.v1 API with no table and no batcher behind it, to measure what gRPC
+// itself costs for the service's workload shapes on a machine. Every GET finds an 8-byte value, every write
+// succeeds, and each call is answered by the handler that received it. gpukv-load drives it exactly as it
+// drives gpukv-server (bench/service_bench.sh and bench/device/service_gpu.sh run both in one run), so the
+// gap between the two is what gpukv's batching and table add to the transport.
+//
+//   transport_ceiling_server --listen=127.0.0.1:50089
+#include <absl/flags/flag.h>
+#include <absl/flags/parse.h>
+#include <absl/synchronization/mutex.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "gpukv/v1/kv.grpc.pb.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50089", "address to listen on");
+
+namespace gpukv::bench {
+namespace {
+
+constexpr char kValue[] = "01234567";  // what every GET finds: the benchmarks' 8-byte values
+constexpr std::uint32_t kValueBytes = sizeof(kValue) - 1;
+
+// The columns of a batch answer of n GETs that all hit.
+template <class Response>
+void answer_gets(std::size_t n, Response* resp) {
+  resp->mutable_results()->assign(n, static_cast<char>(v1::RESULT_OK));
+  std::string* values = resp->mutable_values();
+  values->reserve(n * kValueBytes);
+  for (std::size_t i = 0; i < n; ++i) values->append(kValue, kValueBytes);
+  resp->mutable_value_lengths()->Resize(static_cast<int>(n), kValueBytes);
+}
+
+// Answers a stream's groups in order, reading the next group while the previous answer is being written
+// (as gpukv-server does), so the stream's pipelining is not limited by this server.
+class StreamEcho : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+ public:
+  StreamEcho() { StartRead(&request_); }
+
+  void OnReadDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    if (finished_) return;
+    if (!ok) {
+      reads_done_ = true;
+      if (answers_.empty()) finish(grpc::Status::OK);
+      return;
+    }
+    v1::StreamResponse& r = answers_.emplace_back();
+    r.set_id(request_.id());
+    const std::size_t n = static_cast<std::size_t>(request_.key_lengths_size());
+    r.mutable_results()->assign(n, static_cast<char>(v1::RESULT_OK));
+    r.mutable_value_lengths()->Resize(static_cast<int>(n), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool get = request_.ops().empty() || request_.ops()[i] == static_cast<char>(v1::OP_GET);
+      if (get) {
+        r.mutable_values()->append(kValue, kValueBytes);
+        r.mutable_value_lengths()->Set(static_cast<int>(i), kValueBytes);
+      }
+    }
+    if (answers_.size() == 1) StartWrite(&answers_.front());
+    StartRead(&request_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    answers_.pop_front();
+    if (finished_) return;
+    if (!ok) {
+      finish(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
+      return;
+    }
+    if (!answers_.empty()) {
+      StartWrite(&answers_.front());
+    } else if (reads_done_) {
+      finish(grpc::Status::OK);
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void finish(const grpc::Status& status) {  // mutex_ held
+    finished_ = true;
+    Finish(status);
+  }
+
+  std::mutex mutex_;
+  v1::StreamRequest request_;
+  std::deque<v1::StreamResponse> answers_;  // front: being written
+  bool reads_done_ = false;
+  bool finished_ = false;
+};
+
+class CeilingService final : public v1::KeyValue::CallbackService {
+  static grpc::ServerUnaryReactor* ok(grpc::CallbackServerContext* ctx) {
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ public:
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest*, v1::GetResponse* resp) override {
+    resp->set_found(true);
+    resp->set_value(kValue, kValueBytes);
+    return ok(ctx);
+  }
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const v1::PutRequest*, v1::PutResponse* resp) override {
+    resp->set_result(v1::RESULT_OK);
+    return ok(ctx);
+  }
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest*, v1::DeleteResponse* resp) override {
+    resp->set_deleted(true);
+    return ok(ctx);
+  }
+  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const v1::BatchGetRequest* req,
+                                     v1::BatchGetResponse* resp) override {
+    answer_gets(static_cast<std::size_t>(req->key_lengths_size()), resp);
+    return ok(ctx);
+  }
+  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const v1::BatchPutRequest* req,
+                                     v1::BatchPutResponse* resp) override {
+    resp->mutable_results()->assign(static_cast<std::size_t>(req->key_lengths_size()), static_cast<char>(v1::RESULT_OK));
+    return ok(ctx);
+  }
+  grpc::ServerUnaryReactor* BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
+                                        v1::BatchDeleteResponse* resp) override {
+    resp->mutable_results()->assign(static_cast<std::size_t>(req->key_lengths_size()), static_cast<char>(v1::RESULT_OK));
+    return ok(ctx);
+  }
+  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(grpc::CallbackServerContext*) override {
+    return new StreamEcho;
+  }
+};
+
+std::sig_atomic_t stop_requested = 0;
+
+}  // namespace
+}  // namespace gpukv::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as gpukv-server does (server/main.cpp)
+  gpukv::bench::CeilingService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  const std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "transport_ceiling_server: cannot listen on %s\n", absl::GetFlag(FLAGS_listen).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "transport_ceiling_server: listening on port %d\n", port);
+  std::signal(SIGTERM, [](int) { gpukv::bench::stop_requested = 1; });
+  std::signal(SIGINT, [](int) { gpukv::bench::stop_requested = 1; });
+  while (gpukv::bench::stop_requested == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return 0;
+}
