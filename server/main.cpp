@@ -12,6 +12,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "service/server.hpp"
 
@@ -29,6 +30,10 @@ ABSL_FLAG(std::uint32_t, batch_size, 65536, "operations per device batch");
 ABSL_FLAG(std::uint32_t, max_queue_delay, 200, "microseconds an operation may wait for its batch to fill");
 ABSL_FLAG(std::uint64_t, max_queued_ops, 1 << 22, "operations queued beyond which calls get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::uint32_t, cpu_threads, 0, "CPU backend worker threads (0: one per core)");
+ABSL_FLAG(int, completion_threads, -1,
+          "threads that answer the calls a batch completed (serialise and send responses), so the next batch "
+          "starts meanwhile; 0: the batch's thread answers them; -1: a quarter of the cores, at most 4, and 0 "
+          "below 8 cores");
 ABSL_FLAG(std::string, tls_cert, "", "TLS certificate (PEM); plaintext when empty");
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
@@ -92,6 +97,12 @@ int main(int argc, char** argv) {
   options.table.max_batch = std::max<std::uint32_t>(options.table.max_batch, options.batcher.batch_size);
   options.batcher.max_delay = std::chrono::microseconds(absl::GetFlag(FLAGS_max_queue_delay));
   options.batcher.max_queued_ops = absl::GetFlag(FLAGS_max_queued_ops);
+  if (const int threads = absl::GetFlag(FLAGS_completion_threads); threads >= 0) {
+    options.batcher.completion_threads = static_cast<unsigned>(threads);
+  } else {  // on a small machine a hand-off per batch costs more than it frees
+    const unsigned cores = std::thread::hardware_concurrency();
+    options.batcher.completion_threads = cores >= 8 ? std::min(4u, cores / 4) : 0;
+  }
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
 

@@ -20,7 +20,6 @@ struct Batcher::CallState {
   std::size_t key_offset = 0;
   std::size_t value_offset = 0;
   std::size_t write_index = 0;
-  std::size_t unanswered = 0;  // ops without a result yet (touched by the execution thread only)
   bool failed = false;         // done() already ran with an error (execution thread only)
 };
 
@@ -94,6 +93,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
   }
   stager_ = std::thread([this] { stage_loop(); });
   executor_ = std::thread([this] { execute_loop(); });
+  for (unsigned i = 0; i < config_.completion_threads; ++i) completers_.emplace_back([this] { complete_loop(); });
 }
 
 Batcher::~Batcher() { drain(); }
@@ -112,7 +112,6 @@ void Batcher::submit(Call call) {
   auto state = std::make_unique<CallState>();
   state->call = std::move(call);
   state->arrived = Clock::now();
-  state->unanswered = n;
   const char* refusal = nullptr;
   CallCode code = CallCode::kOk;
   bool wake = false;
@@ -157,6 +156,30 @@ void Batcher::drain() {
   batch_ready_.notify_all();
   if (stager_.joinable()) stager_.join();
   if (executor_.joinable()) executor_.join();
+  {
+    std::unique_lock lock(completion_mutex_);
+    completion_idle_.wait(lock, [&] { return completions_.empty() && completing_ == 0; });
+    completion_stop_ = true;
+  }
+  completion_ready_.notify_all();
+  for (auto& t : completers_) t.join();
+}
+
+void Batcher::complete_loop() {
+  std::unique_lock lock(completion_mutex_);
+  for (;;) {
+    completion_ready_.wait(lock, [&] { return !completions_.empty() || completion_stop_; });
+    if (completions_.empty()) return;
+    std::unique_ptr<CallState> c = std::move(completions_.front());
+    completions_.pop_front();
+    ++completing_;
+    lock.unlock();
+    c->call.done(CallCode::kOk, "");
+    c.reset();
+    lock.lock();
+    --completing_;
+    if (completions_.empty() && completing_ == 0) completion_idle_.notify_all();
+  }
 }
 
 std::vector<std::unique_ptr<Batcher::CallState>> Batcher::fill(StagedBatch& batch, Clock::time_point now) {
@@ -294,7 +317,6 @@ void Batcher::finish_batch(StagedBatch& batch) {
     // The table could not run the batch (a device fault): its calls fail; none is answered twice.
     for (const Segment& s : batch.segments) {
       CallState& c = *s.call;
-      c.unanswered -= s.count;
       if (!c.failed) {
         c.failed = true;
         c.call.done(CallCode::kUnavailable, std::string("the table failed: ") + e.what());
@@ -307,10 +329,7 @@ void Batcher::finish_batch(StagedBatch& batch) {
 
   for (const Segment& s : batch.segments) {
     CallState& c = *s.call;
-    if (c.failed) {  // answered with an error in an earlier batch: its results may be gone
-      c.unanswered -= s.count;
-      continue;
-    }
+    if (c.failed) continue;  // answered with an error in an earlier batch: its results may be gone
     CallResults& r = *c.call.results;
     const CallOps& ops = c.call.ops;
     for (std::size_t j = 0; j < s.count; ++j) {
@@ -325,10 +344,30 @@ void Batcher::finish_batch(StagedBatch& batch) {
       }
       if (kind < kOpKindCount && status < report.results[kind].size()) report.results[kind][status] += 1;
     }
-    c.unanswered -= s.count;
-    if (c.unanswered == 0 && !c.failed) c.call.done(CallCode::kOk, "");
   }
-  batch.owned.clear();  // every call owned here has answered (its earlier rows ran in earlier batches)
+  // The calls whose last rows were in this batch have every result now (their earlier rows ran in earlier
+  // batches). A call that failed in an earlier batch was answered then.
+  if (completers_.empty()) {
+    for (auto& c : batch.owned) {
+      if (!c->failed) c->call.done(CallCode::kOk, "");
+    }
+  } else {
+    std::size_t handed = 0;
+    {
+      std::lock_guard lock(completion_mutex_);
+      for (auto& c : batch.owned) {
+        if (c->failed) continue;
+        completions_.push_back(std::move(c));
+        ++handed;
+      }
+    }
+    if (handed == 1) {
+      completion_ready_.notify_one();
+    } else if (handed > 1) {
+      completion_ready_.notify_all();
+    }
+  }
+  batch.owned.clear();
   if (on_batch_) on_batch_(report);
 }
 

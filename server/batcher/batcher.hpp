@@ -6,7 +6,9 @@
 // The staging thread cuts a batch when it is full or its oldest operation has waited max_delay
 // (decide_batch), drops calls whose deadline has passed, and copies their packed columns into one of two
 // staging batches; the execution thread runs the other on the table and hands each call its results. So
-// one batch fills while the previous one runs. The staging batches are the table's host memory (pinned on the
+// one batch fills while the previous one runs. A call's done() (for the service: serialising the response
+// and starting its send) runs on the execution thread, or, with completion_threads, on threads of its own,
+// so that the next batch can start while the last one's calls are answered. The staging batches are the table's host memory (pinned on the
 // GPU backend), and a filled batch is handed to Table::prefetch, so its copy to the GPU also overlaps the
 // batch running. A call larger than a batch spans consecutive batches.
 //
@@ -68,6 +70,9 @@ struct BatcherConfig {
   std::size_t batch_size = 65536;                  // operations per device batch
   Clock::duration max_delay = std::chrono::microseconds(200);  // longest an operation waits for a batch
   std::size_t max_queued_ops = 1 << 22;            // beyond this, submit() refuses calls
+  // Threads that run the done() of calls a batch completed; 0: the execution thread runs them. done()s of
+  // different calls may then run concurrently and in any order.
+  unsigned completion_threads = 0;
 };
 
 // What the execution thread reports after each batch (for metrics).
@@ -105,6 +110,7 @@ class Batcher {
   // Fills `batch` from the head of the queue; returns the calls refused for their deadline. Lock held.
   std::vector<std::unique_ptr<CallState>> fill(StagedBatch& batch, Clock::time_point now);
   void finish_batch(StagedBatch& batch);
+  void complete_loop();
 
   Table& table_;
   const BatcherConfig config_;
@@ -127,6 +133,15 @@ class Batcher {
 
   std::thread stager_;
   std::thread executor_;
+
+  // Calls whose results are all written, waiting for a completion thread to run their done().
+  std::mutex completion_mutex_;
+  std::condition_variable completion_ready_;  // completion threads wait: calls to complete, or stopping
+  std::condition_variable completion_idle_;   // drain() waits: nothing left to complete
+  std::deque<std::unique_ptr<CallState>> completions_;  // guarded by completion_mutex_
+  std::size_t completing_ = 0;                // taken and not yet done; guarded by completion_mutex_
+  bool completion_stop_ = false;              // guarded by completion_mutex_
+  std::vector<std::thread> completers_;
 };
 
 }  // namespace gpukv::server

@@ -263,8 +263,8 @@ grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, con
 namespace {
 
 // One Stream call: every request read is submitted at once (so requests pipeline), and responses are
-// written one at a time in the order their calls finish, which is the order they were read (the batcher
-// keeps arrival order). The reactor ends after the client has half-closed and every response is written.
+// written one at a time in the order the requests were read (the batcher may answer calls on several
+// threads, in any order). The reactor ends after the client has half-closed and every response is written.
 class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
  public:
   StreamReactor(KvService& service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
@@ -285,6 +285,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     {
       std::lock_guard lock(mutex_);
       ++outstanding_;
+      if (!broken_) order_.push_back(item);
     }
     // Submit before the next read: the next OnReadDone may run on another thread, and requests must reach
     // the batcher in the order they were sent (same-key order within a stream). Submitting never blocks.
@@ -296,10 +297,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
-      ready_.pop_front();
+      order_.pop_front();
       if (!ok) {
         broken_ = true;
-        ready_.clear();
+        order_.clear();
       }
     }
     pump();
@@ -312,6 +313,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     v1::StreamRequest request;
     CallResults results;
     v1::StreamResponse response;
+    bool answered = false;  // response is complete; guarded by mutex_
   };
 
   void submit(const std::shared_ptr<Item>& item) {
@@ -356,7 +358,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     {
       std::lock_guard lock(mutex_);
       --outstanding_;
-      if (!broken_) ready_.push_back(item);
+      item->answered = true;
     }
     pump();
   }
@@ -369,10 +371,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     grpc::Status status;
     {
       std::lock_guard lock(mutex_);
-      if (!writing_ && !ready_.empty() && !broken_) {
+      if (!writing_ && !order_.empty() && order_.front()->answered && !broken_) {
         writing_ = true;
-        next = &ready_.front()->response;  // deque references survive push_back
-      } else if (!finished_ && reads_done_ && outstanding_ == 0 && !writing_ && ready_.empty()) {
+        next = &order_.front()->response;  // the item stays alive in order_ until its write is done
+      } else if (!finished_ && reads_done_ && outstanding_ == 0 && !writing_ && order_.empty()) {
         finished_ = true;
         finish = true;
         status = first_error_;
@@ -386,7 +388,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
   grpc::CallbackServerContext* ctx_;
   v1::StreamRequest incoming_;  // the read in progress
   std::mutex mutex_;            // guards everything below
-  std::deque<std::shared_ptr<Item>> ready_;  // answered, waiting to be written, in order
+  std::deque<std::shared_ptr<Item>> order_;  // read, not yet written, in read order; front: being written
   int outstanding_ = 0;         // requests read and not yet answered
   bool reads_done_ = false;
   bool writing_ = false;

@@ -33,6 +33,7 @@ server::ServerOptions small_server(std::chrono::microseconds max_delay = 200us) 
   o.table.value_width = 32;
   o.batcher.batch_size = 1024;
   o.batcher.max_delay = max_delay;
+  o.batcher.completion_threads = 2;  // groups answered on several threads, responses still in order
   return o;
 }
 

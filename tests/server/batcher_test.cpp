@@ -153,11 +153,17 @@ TEST(Batcher, CallsOnOneKeyTakeEffectInArrivalOrder) {
   EXPECT_EQ(calls[6].value(0), "v3");
 }
 
-TEST(Batcher, ACallLargerThanABatchSpansBatchesInOrder) {
+// Calls answered by the execution thread (0) or by completion threads, which run done()s concurrently.
+class BatcherCompletion : public testing::TestWithParam<unsigned> {};
+INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion, testing::Values(0u, 3u),
+                         [](const testing::TestParamInfo<unsigned>& i) { return "completion_threads_" + std::to_string(i.param); });
+
+TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   Table table(cpu_table());
   BatcherConfig bc;
   bc.batch_size = 16;
   bc.max_delay = 1ms;
+  bc.completion_threads = GetParam();
   Batcher batcher(table, bc);
   TestCall puts, gets;
   for (int i = 0; i < 100; ++i) puts.op(OpKind::kPut, "key" + std::to_string(i), "value" + std::to_string(i));
@@ -257,11 +263,12 @@ TEST(Batcher, ReportsEveryBatch) {
 
 // Many client threads, each on its own keys, random mixed calls of random sizes; each thread's results
 // must match its own model exactly (its calls run in the order it submitted them).
-TEST(Batcher, ConcurrentClientsMatchTheirModels) {
+TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
   Table table(cpu_table(1 << 15));
   BatcherConfig bc;
   bc.batch_size = 256;
   bc.max_delay = 200us;
+  bc.completion_threads = GetParam();
   Batcher batcher(table, bc);
   constexpr int kClients = 6, kCalls = 150;
   std::vector<std::thread> clients;

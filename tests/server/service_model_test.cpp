@@ -384,6 +384,7 @@ class ServiceModelTest : public testing::Test {
     o.table.value_width = 32;
     o.batcher.batch_size = 64;  // calls from several clients share batches, and long calls span several
     o.batcher.max_delay = 100us;
+    o.batcher.completion_threads = 3;  // calls answered concurrently, stream responses still in order
     server_ = std::make_unique<Server>(o);
     for (int c = 0; c < kClients; ++c) clients_.push_back(std::make_unique<ModelClient>(c, server_->port(), hot_, failures_));
   }
