@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The service beside Redis on this machine, same workload shapes, one run: unpipelined single keys, batches
 # of 100 and 1000 keys (Redis MGET/MSET of 100), pipelined / streamed groups of 64. Both servers and their
-# load tools share the machine's cores. Writes the raw output to bench/results/<date>-service-<host>.log and
-# prints the RESULT lines (LABEL=x adds -x to the log's name). Needs: build/ (server, gpukv-load), redis-server and redis-benchmark.
+# load tools share the machine's cores. Then the same gpukv-load lines against transport_ceiling_server (the
+# API with no table: what gRPC itself allows here). Writes the raw output to
+# bench/results/<date>-service-<host>.log and prints the RESULT lines (LABEL=x adds -x to the log's name).
+# Needs: build/ (server, gpukv-load, transport_ceiling_server), redis-server and redis-benchmark.
 set -euo pipefail
 # This machine is a VM whose host lends its cores to others too: each gpukv line is followed by the share of
 # its time that the hypervisor took away (steal), so that a slow line can be told from a slow server.
@@ -36,18 +38,36 @@ sleep 2
 load() {
   local before after
   before=$(steal)
-  "$root/build/client/gpukv-load" --target=127.0.0.1:50088 --seconds="$secs" --keys=1000000 "$@" 2>/dev/null
+  "$root/build/client/gpukv-load" --target=127.0.0.1:50088 --seconds="${SECONDS_PER_RUN:-$secs}" --keys=1000000 "$@" 2>/dev/null
   after=$(steal)
   echo "$before $after" | awk '{printf "STEAL %.1f%%\n", 100 * ($3 - $1) / ($4 - $2)}'
 }
-{
+workloads() {
   load --mode=unary --callers=64 --get=1 --put=0
   load --mode=unary --callers=64 --get=0 --put=1
   load --mode=batch --batch=100 --callers=64 --get=1 --put=0
   load --mode=batch --batch=100 --callers=64 --get=0 --put=1
   load --mode=batch --batch=1000 --callers=16 --get=1 --put=0
+  load --mode=batch --batch=1000 --callers=64 --get=1 --put=0
   load --mode=stream --batch=64 --callers=8 --depth=8 --get=1 --put=0
+}
+{
+  echo "# gpukv-server (CPU backend)"
+  # Every key of the key space first, so that GETs find their keys (the ceiling server answers every GET
+  # with a value, too).
+  SECONDS_PER_RUN=4 load --mode=batch --batch=1000 --callers=16 --get=0 --put=1 | sed 's/^RESULT/PREFILL/'
+  workloads
 } >> "$out"
 kill -TERM $server
 wait $server || true
-grep -E "^redis|RESULT|STEAL" "$out"
+
+"$root/build/bench/transport_ceiling_server" --listen=127.0.0.1:50088 >/dev/null 2>&1 &
+server=$!
+sleep 1
+{
+  echo "# transport_ceiling_server (no table)"
+  workloads | sed 's/^RESULT load/RESULT ceiling/'
+} >> "$out"
+kill -TERM $server
+wait $server || true
+grep -E "^redis|^#|RESULT|STEAL" "$out"

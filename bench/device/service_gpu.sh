@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root (after bench/device/run.sh has unpacked the bundle):
 # gpukv-server on the GPU backend, driven by gpukv-load from the same machine over 127.0.0.1, in the shapes
-# of bench/service_bench.sh, plus a host-tier server that must spill. Logs to $OUT/service_gpu.log.
+# of bench/service_bench.sh; the main lines again with the calls answered on the execution thread
+# (--completion_threads=0); the same lines against transport_ceiling_server (the API with no table: what
+# gRPC allows on this machine); and a host-tier server that must spill. Logs to $OUT/service_gpu.log.
 set -uo pipefail
 bundle=.device/bundle
 export LD_LIBRARY_PATH=$bundle/lib
@@ -55,6 +57,32 @@ if serve 50091 --capacity=67108864 --key_width=16 --value_width=8; then
   kill -TERM $server
   wait $server
 fi
+
+# The same server with every call answered by the execution thread (the server's choice below 8 cores).
+if serve 50093 --capacity=67108864 --key_width=16 --value_width=8 --completion_threads=0; then
+  t=--target=127.0.0.1:50093
+  echo "# --completion_threads=0" | tee -a "$log"
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1
+  load_then_metrics $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+  load_then_metrics $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+  kill -TERM $server
+  wait $server
+fi
+
+# The transport's ceiling: the same load against the API with no table behind it.
+"$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:50094 >>"$out/server.log" 2>&1 &
+server=$!
+sleep 1
+echo "# transport_ceiling_server" | tee -a "$log"
+t=--target=127.0.0.1:50094
+load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
+load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
+load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
+kill -TERM $server
+wait $server
 
 # A tiny device tier (1 M slots) under a 16 M-slot host tier: the data set lives mostly in host memory.
 if serve 50092 --capacity=1048576 --host_capacity=16777216 --key_width=16 --value_width=8; then
