@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
   flush_tally(tally, counters);
 }
 
-// The two lane schedules of the probing step, launched back to back: each reads the counters CountWrites left
+// The two lane schedules of the probing step, launched back to back: each reads the counters StartPass left
 // (the same values in every thread) and returns at once unless the hybrid picked it. Two kernels rather than
 // one with a branch, so that clStash's register pressure does not spill into the Stash loop.
 template <class Ref>

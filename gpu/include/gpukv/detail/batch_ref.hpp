@@ -73,7 +73,7 @@ struct Counters {
   unsigned long long host_avoided;  // since creation: host slot reads the info bits ruled out
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
-  unsigned long long writes;      // this pass: valid PUT, PUT_IF_ABSENT and DELETE ops (CountWrites)
+  unsigned long long writes;      // this pass: valid PUT, PUT_IF_ABSENT and DELETE ops (StartPass)
   unsigned long long host_queued;  // this pass: ops left to the host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)

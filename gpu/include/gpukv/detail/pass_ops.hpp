@@ -1,7 +1,7 @@
 // The steps of one pass, each a per-item function object `f(i, tally)`. A CUDA kernel runs one as a thin
 // grid-stride loop; the CPU backend runs the same object from its worker threads. Order within a pass:
 //
-//   CountWrites    every op: count the pass's valid writes
+//   StartPass      every grouping-table entry: clear it; every op: count the pass's valid writes
 //   GroupOp        every op: validate, and (if the pass writes) hash its key and enter it in the grouping table
 //   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
 //   (sort the deferred ops by (group entry, op index))
@@ -24,13 +24,16 @@ GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std:
   return load_key(batch.key(op), batch.key_lens[op], table.key_words);
 }
 
-// Counts the pass's valid writes (PUT, PUT_IF_ABSENT, DELETE) before any other step: the lane schedule
-// depends on the mix, and a pass without writes needs no grouping.
-struct CountWrites {
-  static constexpr const char* kName = "CountWrites";
+// Clears the grouping table (at least twice as many entries as ops) and counts the pass's valid writes
+// (PUT, PUT_IF_ABSENT, DELETE), before any other step: the lane schedule depends on the mix, and a pass
+// without writes needs no grouping. One sweep, so that counting costs no launch of its own.
+struct StartPass {
+  static constexpr const char* kName = "StartPass";
   BatchRef batch;
-  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
-    tally.writes += batch.kind(op) != OpKind::kGet && batch.valid(op);
+  std::uint32_t* groups;
+  GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
+    groups[i] = 0;
+    if (i < batch.size) tally.writes += batch.kind(i) != OpKind::kGet && batch.valid(i);
   }
 };
 
@@ -47,7 +50,7 @@ struct GroupOp {
       e.pass.group_of[op] = kNoGroup;
       return;
     }
-    if (e.pass.counters->writes == 0) {  // CountWrites has run: read-only pass
+    if (e.pass.counters->writes == 0) {  // StartPass has counted them: a read-only pass
       e.pass.group_of[op] = kUngrouped;
       return;
     }

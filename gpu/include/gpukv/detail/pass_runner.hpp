@@ -47,7 +47,7 @@ inline ScratchBytes scratch_bytes(std::uint64_t n) {
 inline constexpr int kConflictSortBits = 32 + 25;
 
 // When the GPU's probing step uses collaborative lanes (clStash). Decided on the device from the counters
-// CountWrites leaves, so that no host round trip sits between the steps. Measured on an H200
+// StartPass leaves, so that no host round trip sits between the steps. Measured on an H200
 // (bench/RESULTS.md): clStash wins for passes that mix reads and writes at every load, and for single-ticket
 // probing past about 0.9 load; plain Stash wins for pure lookups and pure inserts with group probing.
 struct LanePolicy {
@@ -108,7 +108,6 @@ class PassRunner {
     const std::uint64_t n = batch.size;
     if (n == 0) return;
     const std::uint64_t entries = group_entries(n);
-    exec_.zero(scratch.groups, entries * sizeof(std::uint32_t));
     known_.conflicts = 0;
     known_.pending = 0;
     known_.writes = 0;
@@ -120,7 +119,7 @@ class PassRunner {
                        scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
                        known_.host_items != 0};
     const Engine<Ref> engine{table_, host_, batch, pass};
-    exec_.for_each(n, CountWrites{batch});
+    exec_.for_each(entries, StartPass{batch, scratch.groups});
     exec_.for_each(n, GroupOp<Ref>{engine});
     exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
