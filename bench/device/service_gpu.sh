@@ -28,6 +28,22 @@ serve() {  # serve <port> <flags...>: starts a server and waits until it answers
   return 1
 }
 load() { "$bundle/bin/gpukv-load" --seconds="$secs" "$@" 2>&1 | grep -E 'RESULT|error|Error' | tee -a "$log"; }
+# load_split <n> <flags...>: n gpukv-load processes at once, each with the flags (--callers is per process);
+# prints each one's RESULT line and their sum. One process's callbacks run on one gRPC client's threads, so
+# several show whether the server or the client is the limit.
+load_split() {
+  local n=$1 i pids=()
+  shift
+  for i in $(seq 1 "$n"); do
+    "$bundle/bin/gpukv-load" --seconds="$secs" "$@" >"$out/split.$i" 2>/dev/null &
+    pids+=($!)
+  done
+  wait "${pids[@]}"  # not a bare wait: the server runs in the background too
+  cat "$out"/split.* | grep RESULT | tee -a "$log" |
+    awk -v n="$n" '{for (i = 1; i <= NF; i++) if ($i ~ /^keys_per_s=/) {split($i, kv, "="); s += kv[2]}}
+                   END {printf "RESULT split processes=%d keys_per_s=%.0f\n", n, s}' | tee -a "$log"
+  rm -f "$out"/split.*
+}
 # The latest server's batch counters from its metrics port (no curl there: bash's /dev/tcp): how many
 # batches, how large, and how long each took to execute (copies and kernels) and waited in the queue.
 batch_metrics() {
@@ -70,6 +86,17 @@ if serve 50093 --capacity=67108864 --key_width=16 --value_width=8 --completion_t
   wait $server
 fi
 
+# The same server driven by four load generators at once, with as many callers in all as the lines above.
+if serve 50095 --capacity=67108864 --key_width=16 --value_width=8; then
+  t=--target=127.0.0.1:50095
+  echo "# four gpukv-load processes" | tee -a "$log"
+  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1
+  load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
+  load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
+  kill -TERM $server
+  wait $server
+fi
+
 # The transport's ceiling: the same load against the API with no table behind it.
 "$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:50094 >>"$out/server.log" 2>&1 &
 server=$!
@@ -81,6 +108,9 @@ load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
 load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
+echo "# transport_ceiling_server, four gpukv-load processes" | tee -a "$log"
+load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
+load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
 kill -TERM $server
 wait $server
 
