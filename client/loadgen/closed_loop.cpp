@@ -60,7 +60,8 @@ class ChainedCaller {
  private:
   void next() {
     if (Clock::now() >= end_) {
-      running_.done();  // the last touch of this object
+      context_.reset();  // here, in the last call's callback (as gRPC's examples do), not by another thread later
+      running_.done();   // the last touch of this object
       return;
     }
     context_.emplace();
@@ -155,7 +156,9 @@ void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
   if (s.mode != Mode::kStream) {
     std::vector<std::unique_ptr<ChainedCaller>> callers;
     Countdown running(s.callers);
-    for (std::uint32_t id = 0; id < s.callers; ++id) callers.push_back(std::make_unique<ChainedCaller>(s, totals, id, end, running));
+    for (std::uint32_t id = 0; id < s.callers; ++id) {
+      callers.push_back(std::make_unique<ChainedCaller>(s, totals, id, end, running));
+    }
     for (auto& c : callers) c->start();
     running.wait();
     return;

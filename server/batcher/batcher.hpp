@@ -6,11 +6,12 @@
 // The staging thread cuts a batch when it is full or its oldest operation has waited max_delay
 // (decide_batch), drops calls whose deadline has passed, and copies their packed columns into one of two
 // staging batches; the execution thread runs the other on the table and hands each call its results. So
-// one batch fills while the previous one runs. A call's done() (for the service: serialising the response
-// and starting its send) runs on the execution thread, or, with completion_threads, on threads of its own,
-// so that the next batch can start while the last one's calls are answered. The staging batches are the table's host memory (pinned on the
-// GPU backend), and a filled batch is handed to Table::prefetch, so its copy to the GPU also overlaps the
-// batch running. A call larger than a batch spans consecutive batches.
+// one batch fills while the previous one runs. The staging batches are the table's host memory (pinned on
+// the GPU backend), and a filled batch is handed to Table::prefetch, so its copy to the GPU also overlaps
+// the batch running. A call larger than a batch spans consecutive batches. A call's done() (for the
+// service: serialising the response and starting its send) runs on the execution thread or, with
+// completion_threads, on threads of its own, so that the next batch starts while the last one's calls are
+// answered.
 //
 // Knows nothing of gRPC: the service adapts calls to CallOps / CallResults.
 #pragma once

@@ -77,7 +77,9 @@ void ThreadPool::parallel_for(std::uint64_t n, std::uint64_t grain,
 
 void ThreadPool::work_loop() {
   std::uint64_t seen = 0;
-  const auto called = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen; };
+  const auto called = [&] {
+    return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen;
+  };
   for (;;) {
     if (!spin_until(called)) {
       std::unique_lock lock(mutex_);
