@@ -45,13 +45,14 @@ load_split() {
   rm -f "$out"/split.*
 }
 # The latest server's batch counters from its metrics port (no curl there: bash's /dev/tcp): how many
-# batches, how large, and how long each took to execute (copies and kernels) and waited in the queue.
+# batches, how large, how long each waited in the queue, was staged (columns copied in), executed (copies
+# and kernels) and answered (results written into the calls).
 batch_metrics() {
   local port
   port=$(grep -o 'metrics on port [0-9]*' "$out/server.log" | tail -1 | awk '{print $4}')
   exec 3<>"/dev/tcp/127.0.0.1/$port" || return 0
   printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  grep -E '^gpukv_(batch_size_ops|batch_execution_seconds|queue_delay_seconds)_(sum|count)|^gpukv_batches_total' <&3 | tee -a "$log"
+  grep -E '^gpukv_(batch_size_ops|batch_(execution|staging|answer)_seconds|queue_delay_seconds)_(sum|count)|^gpukv_batches_total' <&3 | tee -a "$log"
   exec 3>&-
 }
 # The counters are cumulative: the difference between successive snapshots belongs to the run between them.

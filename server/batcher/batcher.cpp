@@ -66,6 +66,7 @@ struct Batcher::StagedBatch {
   std::size_t size = 0;
   std::size_t writes = 0, gets = 0;  // valid PUTs and GETs staged
   Clock::time_point oldest{};
+  Clock::duration stage_time{};
   std::vector<Segment> segments;
   std::vector<std::unique_ptr<CallState>> owned;  // calls whose last ops are in this batch
 
@@ -245,6 +246,7 @@ void Batcher::stage_loop() {
 
     for (auto& c : expired) c->call.done(CallCode::kDeadlineExceeded, "the deadline passed while the call was queued");
     // Copy the columns into the batch. Only the staging thread touches a call's columns and cursors.
+    const Clock::time_point copy_start = Clock::now();
     for (const Segment& s : batch->segments) {
       const CallOps& ops = s.call->call.ops;
       std::size_t key_offset = s.key_offset, value_offset = s.value_offset, write_index = s.write_index;
@@ -272,6 +274,7 @@ void Batcher::stage_loop() {
       }
     }
 
+    batch->stage_time = Clock::now() - copy_start;
     // On the GPU backend its input starts on its way to the GPU now, while the previous batch runs.
     if (batch->size != 0) table_.prefetch(batch->in());
 
@@ -309,6 +312,7 @@ void Batcher::execute_loop() {
 void Batcher::finish_batch(StagedBatch& batch) {
   BatchReport report;
   report.ops = batch.size;
+  report.stage_time = batch.stage_time;
   const Clock::time_point start = Clock::now();
   report.queue_delay = start - batch.oldest;
   try {
@@ -325,7 +329,8 @@ void Batcher::finish_batch(StagedBatch& batch) {
     batch.owned.clear();
     return;
   }
-  report.execute_time = Clock::now() - start;
+  const Clock::time_point executed = Clock::now();
+  report.execute_time = executed - start;
 
   for (const Segment& s : batch.segments) {
     CallState& c = *s.call;
@@ -368,6 +373,7 @@ void Batcher::finish_batch(StagedBatch& batch) {
     }
   }
   batch.owned.clear();
+  report.answer_time = Clock::now() - executed;
   if (on_batch_) on_batch_(report);
 }
 

@@ -80,7 +80,9 @@ struct BatcherConfig {
 struct BatchReport {
   std::size_t ops = 0;
   Clock::duration queue_delay{};  // how long the batch's oldest operation waited before the batch started
+  Clock::duration stage_time{};   // the staging thread copying the calls' columns into the batch
   Clock::duration execute_time{};
+  Clock::duration answer_time{};  // the execution thread writing results into the calls and handing them on
   std::array<std::array<std::uint64_t, 5>, kOpKindCount> results{};  // [kind][OpStatus] counts
 };
 

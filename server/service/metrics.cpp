@@ -60,6 +60,16 @@ Metrics::Metrics(const std::string& address)
                       .Help("Time to execute one device batch on the table")
                       .Register(*registry_)
                       .Add({}, seconds_buckets())),
+      stage_time_(prometheus::BuildHistogram()
+                      .Name("gpukv_batch_staging_seconds")
+                      .Help("Time to copy one batch's operations from their calls into the staging buffers")
+                      .Register(*registry_)
+                      .Add({}, seconds_buckets())),
+      answer_time_(prometheus::BuildHistogram()
+                       .Name("gpukv_batch_answer_seconds")
+                       .Help("Time to write one batch's results into its calls and answer (or hand on) those it completed")
+                       .Register(*registry_)
+                       .Add({}, seconds_buckets())),
       items_(prometheus::BuildGauge().Name("gpukv_items").Help("Live keys, by tier").Register(*registry_)),
       capacity_(prometheus::BuildGauge().Name("gpukv_capacity_slots").Help("Slots, by tier").Register(*registry_)),
       tombstones_(prometheus::BuildGauge().Name("gpukv_tombstones").Help("Deleted slots not yet cleaned").Register(*registry_).Add({})),
@@ -90,6 +100,8 @@ void Metrics::on_batch(const BatchReport& report, const TableStats& table, std::
   batch_size_.Observe(static_cast<double>(report.ops));
   queue_delay_.Observe(seconds(report.queue_delay));
   batch_time_.Observe(seconds(report.execute_time));
+  stage_time_.Observe(seconds(report.stage_time));
+  answer_time_.Observe(seconds(report.answer_time));
   for (std::size_t kind = 0; kind < report.results.size(); ++kind) {
     for (std::size_t result = 0; result < report.results[kind].size(); ++result) {
       const std::uint64_t n = report.results[kind][result];

@@ -36,6 +36,8 @@ class Metrics {
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& queue_delay_;
   prometheus::Histogram& batch_time_;
+  prometheus::Histogram& stage_time_;
+  prometheus::Histogram& answer_time_;
   prometheus::Family<prometheus::Gauge>& items_;
   prometheus::Family<prometheus::Gauge>& capacity_;
   prometheus::Gauge& tombstones_;

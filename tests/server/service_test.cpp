@@ -304,6 +304,8 @@ TEST_F(ServiceTest, MetricsCountOperationsAndRequests) {
   EXPECT_NE(metrics.find("gpukv_operations_total{kind=\"PUT\",result=\"OK\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("gpukv_requests_total{code=\"OK\",method=\"Get\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("gpukv_batch_execution_seconds_count"), std::string::npos);
+  EXPECT_NE(metrics.find("gpukv_batch_staging_seconds_count"), std::string::npos);
+  EXPECT_NE(metrics.find("gpukv_batch_answer_seconds_count"), std::string::npos);
   EXPECT_NE(metrics.find("gpukv_items{tier=\"device\"} 1"), std::string::npos);
 }
 
