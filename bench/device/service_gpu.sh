@@ -44,6 +44,28 @@ load_split() {
                    END {printf "RESULT split processes=%d keys_per_s=%.0f\n", n, s}' | tee -a "$log"
   rm -f "$out"/split.*
 }
+# Per-thread CPU time of the latest server, as "tid name nanoseconds" (schedstat's first field).
+thread_ns() {
+  local t
+  for t in /proc/"$server"/task/*; do
+    [[ -r $t/schedstat ]] && echo "${t##*/} $(cat "$t/comm" | tr -d ' ') $(cut -d' ' -f1 "$t/schedstat")"
+  done
+}
+# cpu_of <label> <command...>: runs the command, then prints how many cores each kind of server thread used
+# meanwhile (threads grouped by name: gRPC's pollers and executors, the server's own threads).
+cpu_of() {
+  local label=$1 before after t0 t1
+  shift
+  before=$(thread_ns)
+  t0=$(date +%s%N)
+  "$@"
+  t1=$(date +%s%N)
+  after=$(thread_ns)
+  join <(sort <<<"$before") <(sort <<<"$after") |
+    awk -v ns="$((t1 - t0))" -v l="$label" \
+      '{d[$2] += $5 - $3; n[$2]++} END {for (k in d) printf "CPU %s %s threads=%d cores=%.2f\n", l, k, n[k], d[k] / ns}' |
+    sort -t= -k3 -rn | tee -a "$log"
+}
 # The latest server's batch counters from its metrics port (no curl there: bash's /dev/tcp): how many
 # batches, how large, how long each waited in the queue, was staged (columns copied in), executed (copies
 # and kernels) and answered (results written into the calls).
@@ -92,8 +114,8 @@ if serve 50095 --capacity=67108864 --key_width=16 --value_width=8; then
   t=--target=127.0.0.1:50095
   echo "# four gpukv-load processes" | tee -a "$log"
   load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1
-  load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
-  load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
+  cpu_of gpukv-batch1000 load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
+  cpu_of gpukv-batch10000 load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
   kill -TERM $server
   wait $server
 fi
@@ -110,8 +132,8 @@ load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
 load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
 echo "# transport_ceiling_server, four gpukv-load processes" | tee -a "$log"
-load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
-load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
+cpu_of ceiling-batch1000 load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
+cpu_of ceiling-batch10000 load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
 kill -TERM $server
 wait $server
 

@@ -1,5 +1,7 @@
 #include "batcher.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -92,9 +94,21 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
   for (std::size_t i = 0; i < kBatches; ++i) {
     free_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
   }
-  stager_ = std::thread([this] { stage_loop(); });
-  executor_ = std::thread([this] { execute_loop(); });
-  for (unsigned i = 0; i < config_.completion_threads; ++i) completers_.emplace_back([this] { complete_loop(); });
+  // Named, so that per-thread tools (top -H, perf, /proc) tell them apart.
+  stager_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "gpukv-stage");
+    stage_loop();
+  });
+  executor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "gpukv-execute");
+    execute_loop();
+  });
+  for (unsigned i = 0; i < config_.completion_threads; ++i) {
+    completers_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "gpukv-answer");
+      complete_loop();
+    });
+  }
 }
 
 Batcher::~Batcher() { drain(); }

@@ -1,5 +1,7 @@
 #include "thread_pool.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace gpukv::detail {
@@ -23,7 +25,12 @@ bool spin_until(const Done& done) {
 ThreadPool::ThreadPool(unsigned threads) {
   const unsigned total = threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : threads;
   workers_.reserve(total - 1);
-  for (unsigned i = 1; i < total; ++i) workers_.emplace_back([this] { work_loop(); });
+  for (unsigned i = 1; i < total; ++i) {
+    workers_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "gpukv-cpu-pool");  // for per-thread tools (top -H, perf)
+      work_loop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {
