@@ -4,7 +4,8 @@
 # load tools share the machine's cores. Then the same gpukv-load lines against transport_ceiling_server (the
 # API with no table: what gRPC itself allows here). Writes the raw output to
 # bench/results/<date>-service-<host>.log and prints the RESULT lines (LABEL=x adds -x to the log's name).
-# Needs: build/ (server, gpukv-load, transport_ceiling_server), redis-server and redis-benchmark.
+# SERVER_FLAGS adds gpukv-server flags. Needs: build/ (server, gpukv-load, transport_ceiling_server),
+# redis-server and redis-benchmark.
 set -euo pipefail
 # This machine is a VM whose host lends its cores to others too: each gpukv line is followed by the share of
 # its time that the hypervisor took away (steal), so that a slow line can be told from a slow server.
@@ -32,7 +33,7 @@ redis_steal=$(steal)
 redis-cli -p 6399 shutdown nosave >/dev/null 2>&1 || true
 
 "$root/build/server/gpukv-server" --listen=127.0.0.1:50088 --metrics_listen=127.0.0.1:0 --capacity=4000000 \
-  --key_width=16 --value_width=8 --log_level=warn >/dev/null 2>&1 &
+  --key_width=16 --value_width=8 --log_level=warn ${SERVER_FLAGS:-} >/dev/null 2>&1 &
 server=$!
 sleep 2
 load() {

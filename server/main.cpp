@@ -34,6 +34,9 @@ ABSL_FLAG(int, completion_threads, -1,
           "threads that answer the calls a batch completed (serialise and send responses), so the next batch "
           "starts meanwhile; 0: the batch's thread answers them; -1: a quarter of the cores, at most 4, and 0 "
           "below 8 cores");
+ABSL_FLAG(bool, launch_when_idle, false,
+          "launch a batch at once, however small, whenever the table has none running or staged (otherwise a "
+          "partial batch waits out --max_queue_delay)");
 ABSL_FLAG(std::string, tls_cert, "", "TLS certificate (PEM); plaintext when empty");
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
     const unsigned cores = std::thread::hardware_concurrency();
     options.batcher.completion_threads = cores >= 8 ? std::min(4u, cores / 4) : 0;
   }
+  options.batcher.launch_when_idle = absl::GetFlag(FLAGS_launch_when_idle);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
 

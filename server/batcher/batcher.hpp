@@ -74,6 +74,8 @@ struct BatcherConfig {
   // Threads that run the done() of calls a batch completed; 0: the execution thread runs them. done()s of
   // different calls may then run concurrently and in any order.
   unsigned completion_threads = 0;
+  // Launch a batch at once, however small, whenever the table has none running or staged (decide_batch).
+  bool launch_when_idle = false;
 };
 
 // What the execution thread reports after each batch (for metrics).
@@ -130,6 +132,7 @@ class Batcher {
   std::size_t queued_ops_ = 0;                    // ops in queue_ not yet staged; guarded by mutex_
   std::size_t in_flight_ = 0;                     // calls taken from the queue and not yet done; guarded
   bool draining_ = false;                         // guarded by mutex_
+  bool executing_ = false;                        // the execution thread holds a batch; guarded by mutex_
   bool stopping_ = false;                         // guarded by mutex_
   std::vector<std::unique_ptr<StagedBatch>> free_;    // staging batches ready to fill; guarded
   std::deque<std::unique_ptr<StagedBatch>> staged_;   // filled, waiting for the execution thread; guarded

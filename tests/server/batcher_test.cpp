@@ -48,6 +48,16 @@ TEST(DecideBatch, DrainingLaunchesWhateverIsQueued) {
   EXPECT_FALSE(decide_batch(0, t, t, 8, 1h, true).launch);
 }
 
+TEST(DecideBatch, AnIdleTableTakesAPartialBatchAtOnceOnlyWhenAskedTo) {
+  const auto t = Clock::time_point{} + 1s;
+  EXPECT_TRUE(decide_batch(1, t, t, 8, 1h, false, /*launch_when_idle=*/true, /*table_idle=*/true).launch);
+  const BatchDecision busy = decide_batch(1, t, t + 30us, 8, 100us, false, true, /*table_idle=*/false);
+  EXPECT_FALSE(busy.launch);  // a batch is running: the next one fills as usual
+  EXPECT_EQ(busy.wait, 70us);
+  EXPECT_FALSE(decide_batch(1, t, t, 8, 1h, false, /*launch_when_idle=*/false, true).launch);
+  EXPECT_FALSE(decide_batch(0, t, t, 8, 1h, false, true, true).launch);
+}
+
 // ---- the batcher --------------------------------------------------------------------------------------
 
 // One call's packed columns and results, and a future for its completion.
@@ -114,6 +124,21 @@ TEST(Batcher, FullBatchesRunWithoutWaitingForTheDelay) {
   }
 }
 
+TEST(Batcher, WithLaunchWhenIdleALoneCallDoesNotWaitOutTheDelay) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 1000;
+  bc.max_delay = 1h;  // without launch_when_idle, this call would wait an hour
+  bc.launch_when_idle = true;
+  Batcher batcher(table, bc);
+  TestCall put, get;
+  batcher.submit(put.op(OpKind::kPut, "key", "value").call());
+  ASSERT_EQ(put.wait(), CallCode::kOk);
+  batcher.submit(get.op(OpKind::kGet, "key").call());
+  ASSERT_EQ(get.wait(), CallCode::kOk);
+  EXPECT_EQ(get.value(0), "value");
+}
+
 TEST(Batcher, PartialBatchRunsOnceItsDelayPasses) {
   Table table(cpu_table());
   BatcherConfig bc;
@@ -153,10 +178,13 @@ TEST(Batcher, CallsOnOneKeyTakeEffectInArrivalOrder) {
   EXPECT_EQ(calls[6].value(0), "v3");
 }
 
-// Calls answered by the execution thread (0) or by completion threads, which run done()s concurrently.
+// Calls answered by the execution thread (0), or by completion threads, which run done()s concurrently,
+// with batches also launched whenever the table is idle.
 class BatcherCompletion : public testing::TestWithParam<unsigned> {};
-INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion, testing::Values(0u, 3u),
-                         [](const testing::TestParamInfo<unsigned>& i) { return "completion_threads_" + std::to_string(i.param); });
+INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion, testing::Values(0u, 3u), [](const testing::TestParamInfo<unsigned>& i) {
+  return i.param == 0 ? std::string("answered_by_the_execution_thread")
+                      : "completion_threads_" + std::to_string(i.param) + "_launch_when_idle";
+});
 
 TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   Table table(cpu_table());
@@ -164,6 +192,7 @@ TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   bc.batch_size = 16;
   bc.max_delay = 1ms;
   bc.completion_threads = GetParam();
+  bc.launch_when_idle = GetParam() != 0;
   Batcher batcher(table, bc);
   TestCall puts, gets;
   for (int i = 0; i < 100; ++i) puts.op(OpKind::kPut, "key" + std::to_string(i), "value" + std::to_string(i));
@@ -269,6 +298,7 @@ TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
   bc.batch_size = 256;
   bc.max_delay = 200us;
   bc.completion_threads = GetParam();
+  bc.launch_when_idle = GetParam() != 0;
   Batcher batcher(table, bc);
   constexpr int kClients = 6, kCalls = 150;
   std::vector<std::thread> clients;
