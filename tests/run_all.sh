@@ -29,7 +29,7 @@ venv="$root/build/e2e-venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install -q -r "$root/tests/e2e/requirements.txt"
 GPUKV_SERVER="$root/build/server/gpukv-server" GPUKV_CLI="$root/build/client/gpukv" GPUKV_LOAD="$root/build/client/gpukv-load" \
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/e2e"
+  GPUKV_CEILING="$root/build/bench/transport_ceiling_server" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$root/tests/e2e"
 
 echo "== tests: deployment (Kubernetes manifests, Prometheus rules and dashboard, the server scraped by Prometheus)"
 venv="$root/build/deploy-venv"

@@ -1,10 +1,13 @@
 """End-to-end: the client tools against the real gpukv-server binary: `gpukv stream` and gpukv-load's open-loop
-mode (the RESULT line parses, the achieved rate is near the target, a bound that is hit is reported). These
-check that the tools work, not how fast the server is.
+mode (the RESULT line parses, the achieved rate is near the target, a bound that is hit is reported); and
+gpukv-load against bench/transport_ceiling_server, the benchmarks' no-table baseline. These check that the
+tools work, not how fast the server is.
 
 Run by tests/run_all.sh: GPUKV_SERVER=... GPUKV_CLI=... GPUKV_LOAD=... pytest tests/e2e
 """
 import os
+import re
+import signal
 import subprocess
 
 import pytest
@@ -13,6 +16,7 @@ from test_server_e2e import ROOT, Server
 
 CLI = os.environ.get("GPUKV_CLI", os.path.join(ROOT, "build", "client", "gpukv"))
 LOAD = os.environ.get("GPUKV_LOAD", os.path.join(ROOT, "build", "client", "gpukv-load"))
+CEILING = os.environ.get("GPUKV_CEILING", os.path.join(ROOT, "build", "bench", "transport_ceiling_server"))
 
 
 @pytest.fixture
@@ -96,3 +100,24 @@ def test_cli_stream(server):
     bad = cli("stream", "-", stdin="put\tc\t1\nfrob\tb\n")
     assert bad.returncode == 2 and "line 2: unknown op 'frob'" in bad.stderr
     assert cli("get", "c").returncode == 1  # the bad input sent nothing, not even line 1
+
+
+@pytest.mark.parametrize("mode", ["unary", "batch", "stream"])
+def test_the_transport_ceiling_server_answers_every_call_of_the_load_generator(mode):
+    if not os.path.exists(CEILING):
+        pytest.skip(f"SKIPPED: {CEILING} is not built (the benchmarks are off in this build)")
+    proc = subprocess.Popen([CEILING, "--listen=127.0.0.1:0"], stderr=subprocess.PIPE, text=True)
+    try:
+        match = re.search(r"listening on port (\d+)", proc.stderr.readline())
+        assert match, "transport_ceiling_server did not start"
+
+        class Target:
+            port = int(match.group(1))
+
+        code, r, err = load(Target, f"--mode={mode}", "--batch=50", "--callers=2", "--seconds=1", "--get=0.5",
+                            "--put=0.45")
+        assert code == 0, err
+        assert int(r["errors"]) == 0 and float(r["keys_per_s"]) > 0, r
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
