@@ -2,9 +2,8 @@
 // (unary and batch modes, on the stub's callback API), or keeps --depth groups in flight on its own stream
 // (stream mode: send() waits for room, and each group's latency runs from the moment it was handed to
 // send()).
-#include <condition_variable>
+#include <latch>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -27,32 +26,13 @@ void next_keys(Request& req, Workload& work, std::uint32_t n) {
   }
 }
 
-// Counts down the callers still running; run_closed_loop waits for zero.
-class Countdown {
- public:
-  explicit Countdown(std::uint32_t n) : left_(n) {}
-  void done() {
-    std::lock_guard lock(mutex_);
-    if (--left_ == 0) zero_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mutex_);
-    zero_.wait(lock, [&] { return left_ == 0; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable zero_;
-  std::uint32_t left_;
-};
-
 // One caller of the unary and batch modes: a chain of calls, each started from the callback of the one
 // before, on the caller's own channel. No thread of ours waits on a call: a thread blocked per call costs a
 // wake-up per call, and gpukv-load shares the machine's cores with the server it measures. The messages
 // are reused from call to call, so the load generator builds no string per key.
 class ChainedCaller {
  public:
-  ChainedCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point end, Countdown& running)
+  ChainedCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point end, std::latch& running)
       : s_(s), totals_(totals), end_(end), running_(running), client_(s.client), work_(s.mix, id * 7919 + 1) {}
 
   void start() { next(); }
@@ -61,7 +41,7 @@ class ChainedCaller {
   void next() {
     if (Clock::now() >= end_) {
       context_.reset();  // here, in the last call's callback (as gRPC's examples do), not by another thread later
-      running_.done();   // the last touch of this object
+      running_.count_down();  // the last touch of this object
       return;
     }
     context_.emplace();
@@ -113,7 +93,7 @@ class ChainedCaller {
   const Settings& s_;
   Totals& totals_;
   const Clock::time_point end_;
-  Countdown& running_;
+  std::latch& running_;
   client::Client client_;
   Workload work_;
   std::optional<grpc::ClientContext> context_;  // a context serves one call: a fresh one per call
@@ -155,7 +135,7 @@ void stream(const Settings& s, Totals& totals, client::Client& client, Workload&
 void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
   if (s.mode != Mode::kStream) {
     std::vector<std::unique_ptr<ChainedCaller>> callers;
-    Countdown running(s.callers);
+    std::latch running(s.callers);
     for (std::uint32_t id = 0; id < s.callers; ++id) {
       callers.push_back(std::make_unique<ChainedCaller>(s, totals, id, end, running));
     }

@@ -240,7 +240,8 @@ void Batcher::stage_loop() {
     if (stopping_) return;
     const Clock::time_point now = Clock::now();
     const Clock::time_point oldest = queue_.empty() ? now : queue_.front()->arrived;
-    const bool table_idle = !executing_ && staged_.empty();
+    // While this thread decides it holds no batch, so every batch not free is staged or running.
+    const bool table_idle = free_.size() == kBatches;
     const BatchDecision d = decide_batch(queued_ops_, oldest, now, config_.batch_size, config_.max_delay, draining_,
                                          config_.launch_when_idle, table_idle);
     if (!d.launch) {
@@ -314,13 +315,11 @@ void Batcher::execute_loop() {
       if (staged_.empty()) return;
       batch = std::move(staged_.front());
       staged_.pop_front();
-      executing_ = true;
     }
     finish_batch(*batch);
     {
       std::lock_guard lock(mutex_);
       free_.push_back(std::move(batch));
-      executing_ = false;
     }
     queue_changed_.notify_one();
     idle_.notify_all();

@@ -132,7 +132,6 @@ class Batcher {
   std::size_t queued_ops_ = 0;                    // ops in queue_ not yet staged; guarded by mutex_
   std::size_t in_flight_ = 0;                     // calls taken from the queue and not yet done; guarded
   bool draining_ = false;                         // guarded by mutex_
-  bool executing_ = false;                        // the execution thread holds a batch; guarded by mutex_
   bool stopping_ = false;                         // guarded by mutex_
   std::vector<std::unique_ptr<StagedBatch>> free_;    // staging batches ready to fill; guarded
   std::deque<std::unique_ptr<StagedBatch>> staged_;   // filled, waiting for the execution thread; guarded
