@@ -11,18 +11,25 @@ namespace gpukv::server {
 // Two staging batches: one filling while the other runs.
 constexpr std::size_t kBatches = 2;
 
+constexpr const char* kExpired = "the deadline passed while the call was queued";
+
 // Kind byte of a staged op that failed validation: the table answers it kInvalid and changes nothing.
 constexpr std::uint8_t kRejectedOp = 0xFF;
 
 struct Batcher::CallState {
   Call call;
   Clock::time_point arrived;
-  // Where staging resumes for a call that spans batches (touched by the staging thread only).
+  // Where reservation resumes for a call that spans batches (changed under the lock only).
   std::size_t next_op = 0;
   std::size_t key_offset = 0;
   std::size_t value_offset = 0;
   std::size_t write_index = 0;
-  bool failed = false;         // done() already ran with an error (execution thread only)
+  // Its deadline passed before its first batch closed (set under the lock when a batch closes): none of its
+  // rows run, and it is answered DEADLINE_EXCEEDED.
+  bool expired = false;
+  // A batch with some of its ops failed on the table (execution thread only): the call is answered with
+  // this error when its last batch is done, not before, since a later batch may still be copying its columns.
+  std::string failure;
 };
 
 // A run of one call's ops in a batch, with where their bytes start in the call's columns.
@@ -34,11 +41,16 @@ struct Batcher::Segment {
   std::size_t key_offset;
   std::size_t value_offset;
   std::size_t write_index;
+  bool expired = false;  // the call's deadline passed before it started: its rows are rejected, not run
 };
 
-// A device batch in the table's column layout, plus which call each row answers. The columns are carved from
-// one block of the table's host memory (pinned on the GPU backend), so that the table copies them by DMA and
-// can prefetch a staged batch while the previous one runs.
+// Rows reserved under the lock, to copy outside it, and calls refused for their deadline.
+struct Batcher::StageWork {
+  StagedBatch* batch = nullptr;
+  std::vector<Segment> segments;  // by value: the batch's own list may grow while these are copied
+  std::vector<std::unique_ptr<CallState>> expired;
+};
+
 struct Batcher::StagedBatch {
   StagedBatch(Table& table, std::size_t n, std::uint32_t key_width, std::uint32_t value_stride) {
     std::size_t bytes = 0;
@@ -65,12 +77,23 @@ struct Batcher::StagedBatch {
   std::uint8_t *ops, *key_lens, *status;
   std::uint32_t *value_lens, *out_value_lens;
   std::uint8_t *keys, *values, *out_values;
-  std::size_t size = 0;
-  std::size_t writes = 0, gets = 0;  // valid PUTs and GETs staged
-  Clock::time_point oldest{};
-  Clock::duration stage_time{};
+  std::size_t size = 0;               // rows reserved
+  std::size_t writes = 0, gets = 0;   // valid PUTs and GETs copied
+  Clock::time_point oldest{};         // when the op in row 0 arrived
+  Clock::duration stage_time{};       // copying, summed over the threads that copied
   std::vector<Segment> segments;
   std::vector<std::unique_ptr<CallState>> owned;  // calls whose last ops are in this batch
+  std::size_t copies = 0;  // reservations whose rows are still being copied
+  bool closed = false;     // takes no more rows
+  bool ready = false;      // closed, copied and prefetched: the execution thread may take it
+
+  void reset() {
+    size = writes = gets = copies = 0;
+    stage_time = {};
+    segments.clear();
+    owned.clear();
+    closed = ready = false;
+  }
 
   // A batch without writes leaves out the value columns, and one without GETs the result values: the GPU
   // backend copies only the columns given.
@@ -79,6 +102,14 @@ struct Batcher::StagedBatch {
   }
   BatchOut out() const { return BatchOut{status, gets != 0 ? out_values : nullptr, gets != 0 ? out_value_lens : nullptr}; }
 };
+
+namespace {
+
+struct CopyCounts {
+  std::size_t writes = 0, gets = 0;
+};
+
+}  // namespace
 
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch)
     : table_(table),
@@ -94,6 +125,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
   for (std::size_t i = 0; i < kBatches; ++i) {
     free_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
   }
+  open_filling();
   // Named, so that per-thread tools (top -H, perf, /proc) tell them apart.
   stager_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "gpukv-stage");
@@ -115,7 +147,47 @@ Batcher::~Batcher() { drain(); }
 
 std::size_t Batcher::queued_ops() const {
   std::lock_guard lock(mutex_);
-  return queued_ops_;
+  return pending_ops();
+}
+
+std::size_t Batcher::pending_ops() const { return (filling_ != nullptr ? filling_->size : 0) + queued_ops_; }
+
+bool Batcher::table_idle() const { return free_.size() + (filling_ != nullptr ? 1 : 0) == kBatches; }
+
+void Batcher::open_filling() {
+  if (filling_ != nullptr || free_.empty()) return;
+  filling_ = std::move(free_.back());
+  free_.pop_back();
+  filling_->reset();
+}
+
+Batcher::StagedBatch* Batcher::close_filling() {
+  StagedBatch* batch = filling_.get();
+  batch->closed = true;
+  // A call counts as queued until its first batch closes: if its deadline has passed by then, none of it
+  // runs. Batches close one at a time and in order, so a call's later batches see the flag.
+  const Clock::time_point now = Clock::now();
+  for (Segment& s : batch->segments) {
+    CallState& c = *s.call;
+    if (s.first_op == 0 && now > c.call.deadline) c.expired = true;
+    s.expired = c.expired;
+  }
+  closed_.push_back(std::move(filling_));
+  open_filling();
+  return batch->copies == 0 ? batch : nullptr;
+}
+
+void Batcher::publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch) {
+  // No other thread touches a closed batch with no copies in flight until it is ready, so the rejection of
+  // expired calls' rows and the prefetch (a copy started on the GPU backend) run outside the lock.
+  lock.unlock();
+  for (const Segment& s : batch.segments) {
+    if (s.expired) std::memset(batch.ops + s.row, kRejectedOp, s.count);
+  }
+  table_.prefetch(batch.in());
+  lock.lock();
+  batch.ready = true;
+  batch_ready_.notify_one();
 }
 
 void Batcher::submit(Call call) {
@@ -126,28 +198,41 @@ void Batcher::submit(Call call) {
   call.results->value_lengths.assign(n, 0);
   auto state = std::make_unique<CallState>();
   state->call = std::move(call);
-  state->arrived = Clock::now();
+  const Clock::time_point now = Clock::now();
+  state->arrived = now;
   const char* refusal = nullptr;
   CallCode code = CallCode::kOk;
   bool wake = false;
-  {
-    std::lock_guard lock(mutex_);
-    if (draining_) {
-      refusal = "the server is draining";
-      code = CallCode::kUnavailable;
-    } else if (queued_ops_ + n > config_.max_queued_ops) {
-      refusal = n > config_.max_queued_ops ? "the call has more operations than the queue holds" : "the queue is full";
-      code = CallCode::kResourceExhausted;
-    } else if (n == 0) {
-      code = CallCode::kOk;  // nothing to do: answered at once below
-    } else {
-      // The staging thread's decision changes only when the queue stops being empty or fills a batch:
-      // waking it for every call would cost a context switch per call and decide nothing.
-      wake = queued_ops_ == 0 || (queued_ops_ < config_.batch_size && queued_ops_ + n >= config_.batch_size);
-      queued_ops_ += n;
-      queue_.push_back(std::move(state));
+  std::unique_lock lock(mutex_);
+  if (draining_) {
+    refusal = "the server is draining";
+    code = CallCode::kUnavailable;
+  } else if (pending_ops() + n > config_.max_queued_ops) {
+    refusal = n > config_.max_queued_ops ? "the call has more operations than the queue holds" : "the queue is full";
+    code = CallCode::kResourceExhausted;
+  } else if (n != 0) {
+    queued_ops_ += n;
+    queue_.push_back(std::move(state));
+    // Nothing queued ahead and a batch filling: reserve this call's rows and copy its columns here. Else the
+    // call waits its turn: the staging thread already knows of the calls ahead, and the execution thread
+    // wakes it when a batch frees up.
+    if (queue_.size() == 1 && filling_ != nullptr) {
+      StagedBatch* batch = filling_.get();
+      const bool first_rows = batch->size == 0;
+      StageWork work = reserve_queued(now);
+      if (filling_.get() == batch && batch->size != 0) {  // still filling
+        if (config_.launch_when_idle) {
+          // Nothing to run: start it now. Else the execution thread closes it when the running batch ends.
+          if (table_idle()) close_filling();
+        } else if (first_rows) {
+          wake = true;  // the staging thread times the batch from its first op
+        }
+      }
+      if (!queue_.empty() && filling_ != nullptr) wake = true;  // the rest of a call larger than the room left
+      run_stage_work(lock, work);
     }
   }
+  lock.unlock();
   if (state != nullptr) {  // refused or empty: finish outside the lock
     state->call.done(code, refusal != nullptr ? refusal : "");
     return;
@@ -164,7 +249,7 @@ void Batcher::drain() {
   queue_changed_.notify_all();
   {
     std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return queue_.empty() && staged_.empty() && free_.size() == kBatches; });
+    idle_.wait(lock, [&] { return queue_.empty() && table_idle() && (filling_ == nullptr || filling_->size == 0); });
     stopping_ = true;
   }
   queue_changed_.notify_all();
@@ -197,18 +282,16 @@ void Batcher::complete_loop() {
   }
 }
 
-std::vector<std::unique_ptr<Batcher::CallState>> Batcher::fill(StagedBatch& batch, Clock::time_point now) {
-  std::vector<std::unique_ptr<CallState>> expired;
-  batch.size = 0;
-  batch.writes = batch.gets = 0;
-  batch.segments.clear();
-  batch.owned.clear();
+Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
+  StageWork work;
+  StagedBatch& batch = *filling_;
+  const std::size_t first_segment = batch.segments.size();
   while (!queue_.empty() && batch.size < config_.batch_size) {
     CallState& c = *queue_.front();
     const std::size_t count = c.call.ops.count;
     if (c.next_op == 0 && now > c.call.deadline) {  // not started: refuse it whole
       queued_ops_ -= count;
-      expired.push_back(std::move(queue_.front()));
+      work.expired.push_back(std::move(queue_.front()));
       queue_.pop_front();
       continue;
     }
@@ -216,7 +299,7 @@ std::vector<std::unique_ptr<Batcher::CallState>> Batcher::fill(StagedBatch& batc
     const std::size_t take = std::min(count - c.next_op, config_.batch_size - batch.size);
     batch.segments.push_back(Segment{&c, c.next_op, take, batch.size, c.key_offset, c.value_offset, c.write_index});
     // A call that goes on in the next batch: advance its cursors past the ops taken (their bytes are copied
-    // later, outside the lock). A call that ends here needs no cursors.
+    // outside the lock). A call that ends here needs no cursors.
     const CallOps& ops = c.call.ops;
     for (std::size_t i = c.next_op; c.next_op + take < count && i < c.next_op + take; ++i) {
       c.key_offset += ops.key_lengths[i];
@@ -231,7 +314,71 @@ std::vector<std::unique_ptr<Batcher::CallState>> Batcher::fill(StagedBatch& batc
       queue_.pop_front();
     }
   }
-  return expired;
+  if (batch.segments.size() > first_segment) {
+    work.batch = &batch;
+    work.segments.assign(batch.segments.begin() + static_cast<std::ptrdiff_t>(first_segment), batch.segments.end());
+    ++batch.copies;
+    if (batch.size == config_.batch_size) close_filling();  // published after this copy
+  }
+  return work;
+}
+
+namespace {
+
+// Copies a run of one call's ops into the batch's columns; a malformed op becomes a rejected row. (A
+// template only so that it can take the batcher's private types.)
+template <class Batch, class Seg>
+void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t key_width, std::uint32_t value_width,
+                  std::uint32_t value_stride, CopyCounts& counts) {
+  std::size_t key_offset = s.key_offset, value_offset = s.value_offset, write_index = s.write_index;
+  for (std::size_t j = 0; j < s.count; ++j) {
+    const std::size_t i = s.first_op + j, row = s.row + j;
+    const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
+    const std::uint32_t key_len = ops.key_lengths[i];
+    const bool writes = kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
+    const std::uint32_t value_len = writes ? ops.value_lengths[write_index] : 0;
+    const bool valid = kind < kOpKindCount && key_len >= 1 && key_len <= key_width && value_len <= value_width;
+    batch.ops[row] = valid ? kind : kRejectedOp;
+    batch.key_lens[row] = valid ? static_cast<std::uint8_t>(key_len) : 0;
+    if (valid) std::memcpy(batch.keys + row * key_width, ops.keys.data() + key_offset, key_len);
+    batch.value_lens[row] = valid ? value_len : 0;
+    counts.writes += valid && writes;
+    counts.gets += valid && kind == static_cast<std::uint8_t>(OpKind::kGet);
+    if (valid && value_len != 0) std::memcpy(batch.values + row * value_stride, ops.values.data() + value_offset, value_len);
+    key_offset += key_len;
+    if (writes) {
+      value_offset += value_len;
+      ++write_index;
+    }
+  }
+}
+
+}  // namespace
+
+void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work) {
+  if (work.batch == nullptr && work.expired.empty()) return;
+  lock.unlock();
+  for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
+  const bool refused = !work.expired.empty();
+  work.expired.clear();
+  CopyCounts counts;
+  Clock::duration copy_time{};
+  if (work.batch != nullptr) {
+    // The rows are this thread's alone, and the calls' columns do not change: no lock needed.
+    const Clock::time_point start = Clock::now();
+    for (const Segment& s : work.segments) {
+      copy_segment(*work.batch, s, s.call->call.ops, key_width_, value_width_, value_stride_, counts);
+    }
+    copy_time = Clock::now() - start;
+  }
+  lock.lock();
+  if (refused) idle_.notify_all();
+  if (work.batch == nullptr) return;
+  StagedBatch& batch = *work.batch;
+  batch.writes += counts.writes;
+  batch.gets += counts.gets;
+  batch.stage_time += copy_time;
+  if (--batch.copies == 0 && batch.closed) publish(lock, batch);
 }
 
 void Batcher::stage_loop() {
@@ -239,89 +386,46 @@ void Batcher::stage_loop() {
   for (;;) {
     if (stopping_) return;
     const Clock::time_point now = Clock::now();
-    const Clock::time_point oldest = queue_.empty() ? now : queue_.front()->arrived;
-    // While this thread decides it holds no batch, so every batch not free is staged or running.
-    const bool table_idle = free_.size() == kBatches;
-    const BatchDecision d = decide_batch(queued_ops_, oldest, now, config_.batch_size, config_.max_delay, draining_,
-                                         config_.launch_when_idle, table_idle);
-    if (!d.launch) {
-      if (d.wait == Clock::duration::max()) {
-        queue_changed_.wait(lock);
-      } else {
-        queue_changed_.wait_for(lock, d.wait);
-      }
+    if (filling_ != nullptr && !queue_.empty()) {  // calls waited for a batch: move them in
+      StageWork work = reserve_queued(now);
+      run_stage_work(lock, work);
       continue;
     }
-    if (free_.empty()) {  // both batches busy: wait for the execution thread
+    const std::size_t filled = filling_ != nullptr ? filling_->size : 0;
+    const Clock::time_point oldest = filled != 0 ? filling_->oldest : queue_.empty() ? now : queue_.front()->arrived;
+    const BatchDecision d = decide_batch(pending_ops(), oldest, now, config_.batch_size, config_.max_delay,
+                                         draining_, config_.launch_when_idle, table_idle());
+    if (d.launch && filled != 0) {
+      if (StagedBatch* batch = close_filling()) publish(lock, *batch);
+      continue;
+    }
+    // Nothing to launch yet, or both batches busy (the execution thread wakes this one when one frees up).
+    if (!d.launch && d.wait != Clock::duration::max()) {
+      queue_changed_.wait_for(lock, d.wait);
+    } else {
       queue_changed_.wait(lock);
-      continue;
     }
-    std::unique_ptr<StagedBatch> batch = std::move(free_.back());
-    free_.pop_back();
-    std::vector<std::unique_ptr<CallState>> expired = fill(*batch, now);
-    lock.unlock();
-
-    for (auto& c : expired) c->call.done(CallCode::kDeadlineExceeded, "the deadline passed while the call was queued");
-    // Copy the columns into the batch. Only the staging thread touches a call's columns and cursors.
-    const Clock::time_point copy_start = Clock::now();
-    for (const Segment& s : batch->segments) {
-      const CallOps& ops = s.call->call.ops;
-      std::size_t key_offset = s.key_offset, value_offset = s.value_offset, write_index = s.write_index;
-      for (std::size_t j = 0; j < s.count; ++j) {
-        const std::size_t i = s.first_op + j, row = s.row + j;
-        const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
-        const std::uint32_t key_len = ops.key_lengths[i];
-        const bool writes = kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
-        const std::uint32_t value_len = writes ? ops.value_lengths[write_index] : 0;
-        const bool valid = kind < kOpKindCount && key_len >= 1 && key_len <= key_width_ && value_len <= value_width_;
-        batch->ops[row] = valid ? kind : kRejectedOp;
-        batch->key_lens[row] = valid ? static_cast<std::uint8_t>(key_len) : 0;
-        if (valid) std::memcpy(batch->keys + row * key_width_, ops.keys.data() + key_offset, key_len);
-        batch->value_lens[row] = valid ? value_len : 0;
-        batch->writes += valid && writes;
-        batch->gets += valid && kind == static_cast<std::uint8_t>(OpKind::kGet);
-        if (valid && value_len != 0) {
-          std::memcpy(batch->values + row * value_stride_, ops.values.data() + value_offset, value_len);
-        }
-        key_offset += key_len;
-        if (writes) {
-          value_offset += value_len;
-          ++write_index;
-        }
-      }
-    }
-
-    batch->stage_time = Clock::now() - copy_start;
-    // On the GPU backend its input starts on its way to the GPU now, while the previous batch runs.
-    if (batch->size != 0) table_.prefetch(batch->in());
-
-    lock.lock();
-    if (batch->size == 0) {  // every call in it had expired
-      free_.push_back(std::move(batch));
-      idle_.notify_all();
-      continue;
-    }
-    staged_.push_back(std::move(batch));
-    batch_ready_.notify_one();
   }
 }
 
 void Batcher::execute_loop() {
+  std::unique_lock lock(mutex_);
   for (;;) {
-    std::unique_ptr<StagedBatch> batch;
-    {
-      std::unique_lock lock(mutex_);
-      batch_ready_.wait(lock, [&] { return !staged_.empty() || stopping_; });
-      if (staged_.empty()) return;
-      batch = std::move(staged_.front());
-      staged_.pop_front();
-    }
+    batch_ready_.wait(lock, [&] { return (!closed_.empty() && closed_.front()->ready) || stopping_; });
+    if (closed_.empty() || !closed_.front()->ready) return;
+    std::unique_ptr<StagedBatch> batch = std::move(closed_.front());
+    closed_.pop_front();
+    lock.unlock();
     finish_batch(*batch);
-    {
-      std::lock_guard lock(mutex_);
-      free_.push_back(std::move(batch));
+    lock.lock();
+    free_.push_back(std::move(batch));
+    open_filling();
+    // With launch_when_idle, a batch that filled while this one ran starts now.
+    if (config_.launch_when_idle && closed_.empty() && filling_ != nullptr && filling_->size != 0) {
+      if (StagedBatch* next = close_filling()) publish(lock, *next);
     }
-    queue_changed_.notify_one();
+    // Queued calls have a batch to go into now: only then has the staging thread something new to do.
+    if (!queue_.empty()) queue_changed_.notify_one();
     idle_.notify_all();
   }
 }
@@ -335,12 +439,16 @@ void Batcher::finish_batch(StagedBatch& batch) {
   try {
     table_.execute(batch.in(), batch.out());
   } catch (const std::exception& e) {
-    // The table could not run the batch (a device fault): its calls fail; none is answered twice.
+    // The table could not run the batch (a device fault): its calls fail. A call that goes on in a later
+    // batch is answered when that batch is done, as its columns may still be being copied.
     for (const Segment& s : batch.segments) {
-      CallState& c = *s.call;
-      if (!c.failed) {
-        c.failed = true;
-        c.call.done(CallCode::kUnavailable, std::string("the table failed: ") + e.what());
+      if (s.call->failure.empty()) s.call->failure = std::string("the table failed: ") + e.what();
+    }
+    for (auto& c : batch.owned) {
+      if (c->expired) {
+        c->call.done(CallCode::kDeadlineExceeded, kExpired);
+      } else {
+        c->call.done(CallCode::kUnavailable, c->failure);
       }
     }
     batch.owned.clear();
@@ -351,7 +459,7 @@ void Batcher::finish_batch(StagedBatch& batch) {
 
   for (const Segment& s : batch.segments) {
     CallState& c = *s.call;
-    if (c.failed) continue;  // answered with an error in an earlier batch: its results may be gone
+    if (s.expired || !c.failure.empty()) continue;  // not run, or failed in an earlier batch: answered below
     CallResults& r = *c.call.results;
     const CallOps& ops = c.call.ops;
     for (std::size_t j = 0; j < s.count; ++j) {
@@ -368,17 +476,25 @@ void Batcher::finish_batch(StagedBatch& batch) {
     }
   }
   // The calls whose last rows were in this batch have every result now (their earlier rows ran in earlier
-  // batches). A call that failed in an earlier batch was answered then.
+  // batches), unless they expired or an earlier batch failed.
+  const auto answered_ok = [](const CallState& c) { return !c.expired && c.failure.empty(); };
+  for (auto& c : batch.owned) {
+    if (c->expired) {
+      c->call.done(CallCode::kDeadlineExceeded, kExpired);
+    } else if (!c->failure.empty()) {
+      c->call.done(CallCode::kUnavailable, c->failure);
+    }
+  }
   if (completers_.empty()) {
     for (auto& c : batch.owned) {
-      if (!c->failed) c->call.done(CallCode::kOk, "");
+      if (answered_ok(*c)) c->call.done(CallCode::kOk, "");
     }
   } else {
     std::size_t handed = 0;
     {
       std::lock_guard lock(completion_mutex_);
       for (auto& c : batch.owned) {
-        if (c->failed) continue;
+        if (!answered_ok(*c)) continue;
         completions_.push_back(std::move(c));
         ++handed;
       }

@@ -1,17 +1,21 @@
 // The batcher: gathers the operations of every client call into fixed-size device batches and runs them on
 // the table, keeping the order in which calls arrived (so operations on one key keep their order).
 //
-//   submit() ──▶ queue (bounded) ──▶ staging thread ──▶ [batch A | batch B] ──▶ execution thread ──▶ done()
+//   submit() ──▶ [filling batch] ──closed──▶ [closed batches, in order] ──▶ execution thread ──▶ done()
+//        └──▶ queue (bounded) ──▶ staging thread ──┘
 //
-// The staging thread cuts a batch when it is full or its oldest operation has waited max_delay
-// (decide_batch), drops calls whose deadline has passed, and copies their packed columns into one of two
-// staging batches; the execution thread runs the other on the table and hands each call its results. So
-// one batch fills while the previous one runs. The staging batches are the table's host memory (pinned on
-// the GPU backend), and a filled batch is handed to Table::prefetch, so its copy to the GPU also overlaps
-// the batch running. A call larger than a batch spans consecutive batches. A call's done() (for the
-// service: serialising the response and starting its send) runs on the execution thread or, with
-// completion_threads, on threads of its own, so that the next batch starts while the last one's calls are
-// answered.
+// Two batches in the table's host memory (pinned on the GPU backend): one fills while the other runs. A
+// call that arrives with nothing queued ahead of it and a batch filling reserves its rows under the lock and
+// copies its packed columns into them on the caller's own thread, outside the lock, so copies of
+// different calls overlap and a batch is ready the moment it is closed. Otherwise (no batch free, or calls
+// queued ahead) the call waits in the queue, and the staging thread moves queued calls into the next batch
+// as one frees up. A batch is closed when full (by whichever thread fills it), when its oldest operation
+// has waited max_delay (decide_batch, on the staging thread), or, with launch_when_idle, as soon as the
+// table has nothing else to run. The thread that finishes a closed batch's last copy hands it to
+// Table::prefetch, so its copy to the GPU overlaps the batch running now. A call larger than a batch spans
+// consecutive batches. A call's done() (for the service: serialising the response and starting its send)
+// runs on the execution thread or, with completion_threads, on threads of its own, so that the next batch
+// starts while the last one's calls are answered.
 //
 // Knows nothing of gRPC: the service adapts calls to CallOps / CallResults.
 #pragma once
@@ -70,7 +74,7 @@ struct Call {
 struct BatcherConfig {
   std::size_t batch_size = 65536;                  // operations per device batch
   Clock::duration max_delay = std::chrono::microseconds(200);  // longest an operation waits for a batch
-  std::size_t max_queued_ops = 1 << 22;            // beyond this, submit() refuses calls
+  std::size_t max_queued_ops = 1 << 22;            // ops waiting for a batch beyond which submit() refuses calls
   // Threads that run the done() of calls a batch completed; 0: the execution thread runs them. done()s of
   // different calls may then run concurrently and in any order.
   unsigned completion_threads = 0;
@@ -96,26 +100,43 @@ class Batcher {
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
 
-  // Queues a call. Refuses it (done runs at once, outside the lock) when the queue is full or the batcher
-  // is draining.
+  // Takes a call: into the filling batch at once (copying its columns on this thread) when nothing is
+  // queued ahead of it, else into the queue. Refuses it (done runs at once, outside the lock) when the queue
+  // is full or the batcher is draining. Never waits for a batch to run.
   void submit(Call call);
 
   // Stops accepting calls, runs everything queued, and returns once the last call is done.
   void drain();
 
+  // Operations waiting for their batch to close (queued, or in the filling batch). The queue bound applies
+  // to these.
   std::size_t queued_ops() const;
 
  private:
   struct CallState;
   struct Segment;
   struct StagedBatch;
+  struct StageWork;
 
   void stage_loop();
   void execute_loop();
-  // Fills `batch` from the head of the queue; returns the calls refused for their deadline. Lock held.
-  std::vector<std::unique_ptr<CallState>> fill(StagedBatch& batch, Clock::time_point now);
-  void finish_batch(StagedBatch& batch);
   void complete_loop();
+  // The helpers below that take the lock run with mutex_ held (they may release it for a while).
+  // Moves calls from the head of the queue into the filling batch, reserving their rows; refuses calls whose
+  // deadline has passed; closes the batch if it is now full. Returns what the caller does outside the lock.
+  StageWork reserve_queued(Clock::time_point now);
+  // Refuses the expired calls and copies the reserved rows outside the lock, then accounts for the copy
+  // (and publishes the batch if it was closed and this was its last copy).
+  void run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work);
+  // Ends the filling batch: no more rows, queued for the execution thread. Opens the next free batch.
+  // Returns the closed batch if no copy into it is in flight (the caller publishes it), else nullptr.
+  StagedBatch* close_filling();
+  void open_filling();
+  // Starts a closed, fully copied batch on its way to the GPU and marks it ready for the execution thread.
+  void publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch);
+  bool table_idle() const;  // no batch closed or running
+  std::size_t pending_ops() const;  // see queued_ops()
+  void finish_batch(StagedBatch& batch);
 
   Table& table_;
   const BatcherConfig config_;
@@ -125,16 +146,18 @@ class Batcher {
   const std::uint32_t value_stride_;
 
   mutable std::mutex mutex_;
-  std::condition_variable queue_changed_;  // stage thread waits: calls arrived, a batch freed, draining
-  std::condition_variable batch_ready_;    // execution thread waits: a staged batch, or stopping
+  std::condition_variable queue_changed_;  // stage thread waits: a batch to time or to fill, draining
+  std::condition_variable batch_ready_;    // execution thread waits: the oldest closed batch ready, or stopping
   std::condition_variable idle_;           // drain() waits: everything done
-  std::deque<std::unique_ptr<CallState>> queue_;  // guarded by mutex_
-  std::size_t queued_ops_ = 0;                    // ops in queue_ not yet staged; guarded by mutex_
-  std::size_t in_flight_ = 0;                     // calls taken from the queue and not yet done; guarded
-  bool draining_ = false;                         // guarded by mutex_
-  bool stopping_ = false;                         // guarded by mutex_
-  std::vector<std::unique_ptr<StagedBatch>> free_;    // staging batches ready to fill; guarded
-  std::deque<std::unique_ptr<StagedBatch>> staged_;   // filled, waiting for the execution thread; guarded
+  // All guarded by mutex_. Each batch is in exactly one of free_, filling_, closed_, or with the execution
+  // thread.
+  std::deque<std::unique_ptr<CallState>> queue_;
+  std::size_t queued_ops_ = 0;  // ops in queue_ not yet in a batch
+  bool draining_ = false;
+  bool stopping_ = false;
+  std::vector<std::unique_ptr<StagedBatch>> free_;
+  std::unique_ptr<StagedBatch> filling_;              // taking rows; null while both batches are busy
+  std::deque<std::unique_ptr<StagedBatch>> closed_;   // in closing order, which is the order they run in
 
   std::thread stager_;
   std::thread executor_;
