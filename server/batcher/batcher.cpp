@@ -3,13 +3,15 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstring>
 #include <stdexcept>
 
 namespace gpukv::server {
 
-// Two staging batches: one filling while the other runs.
-constexpr std::size_t kBatches = 2;
+// Three batches: one filling while one runs and the one before it is answered.
+constexpr std::size_t kBatches = 3;
 
 constexpr const char* kExpired = "the deadline passed while the call was queued";
 
@@ -24,11 +26,15 @@ struct Batcher::CallState {
   std::size_t key_offset = 0;
   std::size_t value_offset = 0;
   std::size_t write_index = 0;
+  // Segments not yet answered, plus one until its last op has a row. Whoever answers the last one
+  // completes the call (answers it and deletes this state): a call spanning batches may be answered on
+  // several threads at once, and is completed once, after all its results are written.
+  std::atomic<std::size_t> unanswered{1};
   // Its deadline passed before its first batch closed (set under the lock when a batch closes): none of its
   // rows run, and it is answered DEADLINE_EXCEEDED.
   bool expired = false;
-  // A batch with some of its ops failed on the table (execution thread only): the call is answered with
-  // this error when its last batch is done, not before, since a later batch may still be copying its columns.
+  // A batch with some of its ops failed on the table (set by the execution thread before that batch is
+  // answered): the call is completed with this error.
   std::string failure;
 };
 
@@ -82,17 +88,22 @@ struct Batcher::StagedBatch {
   Clock::time_point oldest{};         // when the op in row 0 arrived
   Clock::duration stage_time{};       // copying, summed over the threads that copied
   std::vector<Segment> segments;
-  std::vector<std::unique_ptr<CallState>> owned;  // calls whose last ops are in this batch
   std::size_t copies = 0;  // reservations whose rows are still being copied
   bool closed = false;     // takes no more rows
   bool ready = false;      // closed, copied and prefetched: the execution thread may take it
+  // After execution: the table failed it, the report being put together, answering jobs not yet done.
+  bool failed = false;
+  Clock::time_point executed{};
+  BatchReport report;
+  std::mutex report_mutex;
+  std::atomic<std::size_t> jobs_left{0};
 
   void reset() {
     size = writes = gets = copies = 0;
     stage_time = {};
     segments.clear();
-    owned.clear();
-    closed = ready = false;
+    closed = ready = failed = false;
+    report = BatchReport{};
   }
 
   // A batch without writes leaves out the value columns, and one without GETs the result values: the GPU
@@ -109,6 +120,22 @@ struct CopyCounts {
   std::size_t writes = 0, gets = 0;
 };
 
+using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
+
+// Packs the GET values, written at fixed slots (op i at i * width) while the call's batches were answered,
+// into op order with no gaps, as CallResults promises. In place: an op's packed offset never exceeds its slot.
+void pack_values(CallResults& r, std::uint32_t width) {
+  if (r.values.empty()) return;
+  std::size_t packed = 0;
+  for (std::size_t i = 0; i < r.value_lengths.size(); ++i) {
+    const std::uint32_t len = r.value_lengths[i];
+    if (len == 0) continue;
+    if (packed != i * width) std::memmove(r.values.data() + packed, r.values.data() + i * width, len);
+    packed += len;
+  }
+  r.values.resize(packed);
+}
+
 }  // namespace
 
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch)
@@ -123,7 +150,8 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
                                 " (the table's max_batch)");
   }
   for (std::size_t i = 0; i < kBatches; ++i) {
-    free_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
+    batches_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
+    free_.push_back(batches_.back().get());
   }
   open_filling();
   // Named, so that per-thread tools (top -H, perf, /proc) tell them apart.
@@ -152,17 +180,17 @@ std::size_t Batcher::queued_ops() const {
 
 std::size_t Batcher::pending_ops() const { return (filling_ != nullptr ? filling_->size : 0) + queued_ops_; }
 
-bool Batcher::table_idle() const { return free_.size() + (filling_ != nullptr ? 1 : 0) == kBatches; }
+bool Batcher::table_idle() const { return closed_.empty() && !executing_; }
 
 void Batcher::open_filling() {
   if (filling_ != nullptr || free_.empty()) return;
-  filling_ = std::move(free_.back());
+  filling_ = free_.back();
   free_.pop_back();
   filling_->reset();
 }
 
 Batcher::StagedBatch* Batcher::close_filling() {
-  StagedBatch* batch = filling_.get();
+  StagedBatch* batch = filling_;
   batch->closed = true;
   // A call counts as queued until its first batch closes: if its deadline has passed by then, none of it
   // runs. Batches close one at a time and in order, so a call's later batches see the flag.
@@ -172,7 +200,8 @@ Batcher::StagedBatch* Batcher::close_filling() {
     if (s.first_op == 0 && now > c.call.deadline) c.expired = true;
     s.expired = c.expired;
   }
-  closed_.push_back(std::move(filling_));
+  closed_.push_back(batch);
+  filling_ = nullptr;
   open_filling();
   return batch->copies == 0 ? batch : nullptr;
 }
@@ -193,8 +222,9 @@ void Batcher::publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch) {
 void Batcher::submit(Call call) {
   const std::size_t n = call.ops.count;
   call.results->results.assign(n, static_cast<char>(OpStatus::kInvalid));
-  call.results->values.clear();
-  if (call.ops.kinds.empty() && call.ops.kind == OpKind::kGet) call.results->values.reserve(n * value_width_);
+  // GET values go to fixed slots while the call's batches are answered (pack_values closes the gaps).
+  const bool may_get = !call.ops.kinds.empty() || call.ops.kind == OpKind::kGet;
+  call.results->values.assign(may_get ? n * value_width_ : 0, '\0');
   call.results->value_lengths.assign(n, 0);
   auto state = std::make_unique<CallState>();
   state->call = std::move(call);
@@ -217,10 +247,10 @@ void Batcher::submit(Call call) {
     // call waits its turn: the staging thread already knows of the calls ahead, and the execution thread
     // wakes it when a batch frees up.
     if (queue_.size() == 1 && filling_ != nullptr) {
-      StagedBatch* batch = filling_.get();
+      StagedBatch* batch = filling_;
       const bool first_rows = batch->size == 0;
       StageWork work = reserve_queued(now);
-      if (filling_.get() == batch && batch->size != 0) {  // still filling
+      if (filling_ == batch && batch->size != 0) {  // still filling
         if (config_.launch_when_idle) {
           // Nothing to run: start it now. Else the execution thread closes it when the running batch ends.
           if (table_idle()) close_filling();
@@ -249,7 +279,8 @@ void Batcher::drain() {
   queue_changed_.notify_all();
   {
     std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return queue_.empty() && table_idle() && (filling_ == nullptr || filling_->size == 0); });
+    // Every batch free (or the empty filling one): nothing queued, running or being answered.
+    idle_.wait(lock, [&] { return queue_.empty() && free_.size() + 1 == kBatches && filling_ != nullptr && filling_->size == 0; });
     stopping_ = true;
   }
   queue_changed_.notify_all();
@@ -257,8 +288,7 @@ void Batcher::drain() {
   if (stager_.joinable()) stager_.join();
   if (executor_.joinable()) executor_.join();
   {
-    std::unique_lock lock(completion_mutex_);
-    completion_idle_.wait(lock, [&] { return completions_.empty() && completing_ == 0; });
+    std::lock_guard lock(completion_mutex_);  // every job is done: every batch is free
     completion_stop_ = true;
   }
   completion_ready_.notify_all();
@@ -268,17 +298,13 @@ void Batcher::drain() {
 void Batcher::complete_loop() {
   std::unique_lock lock(completion_mutex_);
   for (;;) {
-    completion_ready_.wait(lock, [&] { return !completions_.empty() || completion_stop_; });
-    if (completions_.empty()) return;
-    std::unique_ptr<CallState> c = std::move(completions_.front());
-    completions_.pop_front();
-    ++completing_;
+    completion_ready_.wait(lock, [&] { return !answer_jobs_.empty() || completion_stop_; });
+    if (answer_jobs_.empty()) return;
+    const AnswerJob job = answer_jobs_.front();
+    answer_jobs_.pop_front();
     lock.unlock();
-    c->call.done(CallCode::kOk, "");
-    c.reset();
+    answer(*job.batch, job.first_segment, job.last_segment);
     lock.lock();
-    --completing_;
-    if (completions_.empty() && completing_ == 0) completion_idle_.notify_all();
   }
 }
 
@@ -309,8 +335,11 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
     c.next_op += take;
     batch.size += take;
     queued_ops_ -= take;
+    c.unanswered.fetch_add(1, std::memory_order_relaxed);
     if (c.next_op == count) {
-      batch.owned.push_back(std::move(queue_.front()));
+      // Every op has a row: from here the call belongs to its segments, and the last one answered deletes it.
+      c.unanswered.fetch_sub(1, std::memory_order_relaxed);
+      static_cast<void>(queue_.front().release());
       queue_.pop_front();
     }
   }
@@ -411,27 +440,39 @@ void Batcher::stage_loop() {
 void Batcher::execute_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    batch_ready_.wait(lock, [&] { return (!closed_.empty() && closed_.front()->ready) || stopping_; });
-    if (closed_.empty() || !closed_.front()->ready) return;
-    std::unique_ptr<StagedBatch> batch = std::move(closed_.front());
+    batch_ready_.wait(lock, [&] { return (!closed_.empty() && closed_.front()->ready) || !reports_.empty() || stopping_; });
+    // Reports of answered batches go out here, between executions, so that on_batch (which reads the table's
+    // stats) never waits for one.
+    while (!reports_.empty()) {
+      const BatchReport report = reports_.front();
+      reports_.pop_front();
+      lock.unlock();
+      if (on_batch_) on_batch_(report);
+      lock.lock();
+    }
+    if (closed_.empty() || !closed_.front()->ready) {
+      if (stopping_) return;
+      continue;
+    }
+    StagedBatch* batch = closed_.front();
     closed_.pop_front();
+    executing_ = true;
     lock.unlock();
-    finish_batch(*batch);
+    execute(*batch);
     lock.lock();
-    free_.push_back(std::move(batch));
-    open_filling();
+    executing_ = false;
     // With launch_when_idle, a batch that filled while this one ran starts now.
     if (config_.launch_when_idle && closed_.empty() && filling_ != nullptr && filling_->size != 0) {
       if (StagedBatch* next = close_filling()) publish(lock, *next);
     }
-    // Queued calls have a batch to go into now: only then has the staging thread something new to do.
-    if (!queue_.empty()) queue_changed_.notify_one();
-    idle_.notify_all();
+    lock.unlock();
+    hand_out_answers(*batch);
+    lock.lock();
   }
 }
 
-void Batcher::finish_batch(StagedBatch& batch) {
-  BatchReport report;
+void Batcher::execute(StagedBatch& batch) {
+  BatchReport& report = batch.report;
   report.ops = batch.size;
   report.stage_time = batch.stage_time;
   const Clock::time_point start = Clock::now();
@@ -439,75 +480,104 @@ void Batcher::finish_batch(StagedBatch& batch) {
   try {
     table_.execute(batch.in(), batch.out());
   } catch (const std::exception& e) {
-    // The table could not run the batch (a device fault): its calls fail. A call that goes on in a later
-    // batch is answered when that batch is done, as its columns may still be being copied.
+    // The table could not run the batch (a device fault): its calls fail, each completed once all its
+    // segments are answered (a later batch may still be copying its columns).
+    batch.failed = true;
     for (const Segment& s : batch.segments) {
       if (s.call->failure.empty()) s.call->failure = std::string("the table failed: ") + e.what();
     }
-    for (auto& c : batch.owned) {
-      if (c->expired) {
-        c->call.done(CallCode::kDeadlineExceeded, kExpired);
-      } else {
-        c->call.done(CallCode::kUnavailable, c->failure);
-      }
-    }
-    batch.owned.clear();
+  }
+  batch.executed = Clock::now();
+  report.execute_time = batch.executed - start;
+}
+
+void Batcher::hand_out_answers(StagedBatch& batch) {
+  const std::size_t segments = batch.segments.size();
+  if (completers_.empty()) {  // answered here, before the next batch runs
+    batch.jobs_left.store(1, std::memory_order_relaxed);
+    answer(batch, 0, segments);
     return;
   }
-  const Clock::time_point executed = Clock::now();
-  report.execute_time = executed - start;
-
-  for (const Segment& s : batch.segments) {
-    CallState& c = *s.call;
-    if (s.expired || !c.failure.empty()) continue;  // not run, or failed in an earlier batch: answered below
-    CallResults& r = *c.call.results;
-    const CallOps& ops = c.call.ops;
-    for (std::size_t j = 0; j < s.count; ++j) {
-      const std::size_t i = s.first_op + j, row = s.row + j;
-      const std::uint8_t status = batch.status[row];
-      r.results[i] = static_cast<char>(status);
-      const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
-      if (kind == static_cast<std::uint8_t>(OpKind::kGet) && status == static_cast<std::uint8_t>(OpStatus::kOk)) {
-        const std::uint32_t len = batch.out_value_lens[row];
-        r.values.append(reinterpret_cast<const char*>(batch.out_values + row * value_stride_), len);
-        r.value_lengths[i] = len;
-      }
-      if (kind < kOpKindCount && status < report.results[kind].size()) report.results[kind][status] += 1;
+  // Contiguous runs of segments of about equal rows, one per completion thread (at least answer_rows each).
+  const std::size_t per_job = std::max(std::max<std::size_t>(1, config_.answer_rows), (batch.size + completers_.size() - 1) / completers_.size());
+  std::vector<AnswerJob> jobs;
+  for (std::size_t first = 0, rows = 0, i = 0; i < segments; ++i) {
+    rows += batch.segments[i].count;
+    if (rows >= per_job || i + 1 == segments) {
+      jobs.push_back(AnswerJob{&batch, first, i + 1});
+      first = i + 1;
+      rows = 0;
     }
   }
-  // The calls whose last rows were in this batch have every result now (their earlier rows ran in earlier
-  // batches), unless they expired or an earlier batch failed.
-  const auto answered_ok = [](const CallState& c) { return !c.expired && c.failure.empty(); };
-  for (auto& c : batch.owned) {
-    if (c->expired) {
-      c->call.done(CallCode::kDeadlineExceeded, kExpired);
-    } else if (!c->failure.empty()) {
-      c->call.done(CallCode::kUnavailable, c->failure);
-    }
+  batch.jobs_left.store(jobs.size(), std::memory_order_relaxed);
+  {
+    std::lock_guard lock(completion_mutex_);
+    answer_jobs_.insert(answer_jobs_.end(), jobs.begin(), jobs.end());
   }
-  if (completers_.empty()) {
-    for (auto& c : batch.owned) {
-      if (answered_ok(*c)) c->call.done(CallCode::kOk, "");
-    }
+  if (jobs.size() == 1) {
+    completion_ready_.notify_one();
   } else {
-    std::size_t handed = 0;
-    {
-      std::lock_guard lock(completion_mutex_);
-      for (auto& c : batch.owned) {
-        if (!answered_ok(*c)) continue;
-        completions_.push_back(std::move(c));
-        ++handed;
+    completion_ready_.notify_all();
+  }
+}
+
+void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t last_segment) {
+  ResultCounts counts{};
+  for (std::size_t k = first_segment; k < last_segment; ++k) {
+    const Segment& s = batch.segments[k];
+    CallState& c = *s.call;
+    if (!batch.failed && !s.expired) {
+      CallResults& r = *c.call.results;
+      const CallOps& ops = c.call.ops;
+      // Each segment writes only its own ops' entries, so segments of one call answered at once never meet.
+      std::memcpy(r.results.data() + s.first_op, batch.status + s.row, s.count);
+      for (std::size_t j = 0; j < s.count; ++j) {
+        const std::size_t i = s.first_op + j, row = s.row + j;
+        const std::uint8_t status = batch.status[row];
+        const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
+        if (kind == static_cast<std::uint8_t>(OpKind::kGet) && status == static_cast<std::uint8_t>(OpStatus::kOk)) {
+          const std::uint32_t len = batch.out_value_lens[row];
+          std::memcpy(r.values.data() + i * value_width_, batch.out_values + row * value_stride_, len);
+          r.value_lengths[i] = len;
+        }
+        if (kind < kOpKindCount && status < counts[kind].size()) counts[kind][status] += 1;
       }
     }
-    if (handed == 1) {
-      completion_ready_.notify_one();
-    } else if (handed > 1) {
-      completion_ready_.notify_all();
+    if (c.unanswered.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(&c);
+  }
+  {
+    std::lock_guard lock(batch.report_mutex);
+    for (std::size_t kind = 0; kind < kOpKindCount; ++kind) {
+      for (std::size_t status = 0; status < counts[kind].size(); ++status) batch.report.results[kind][status] += counts[kind][status];
     }
   }
-  batch.owned.clear();
-  report.answer_time = Clock::now() - executed;
-  if (on_batch_) on_batch_(report);
+  if (batch.jobs_left.fetch_sub(1, std::memory_order_acq_rel) == 1) release(batch);
+}
+
+void Batcher::complete(CallState* state) {
+  const std::unique_ptr<CallState> c(state);
+  if (c->expired) {
+    c->call.done(CallCode::kDeadlineExceeded, kExpired);
+  } else if (!c->failure.empty()) {
+    c->call.done(CallCode::kUnavailable, c->failure);
+  } else {
+    pack_values(*c->call.results, value_width_);
+    c->call.done(CallCode::kOk, "");
+  }
+}
+
+void Batcher::release(StagedBatch& batch) {
+  batch.report.answer_time = Clock::now() - batch.executed;
+  std::unique_lock lock(mutex_);
+  if (on_batch_) {
+    reports_.push_back(batch.report);
+    batch_ready_.notify_one();
+  }
+  free_.push_back(&batch);
+  open_filling();
+  // Queued calls have a batch to go into now: only then has the staging thread something new to do.
+  if (!queue_.empty()) queue_changed_.notify_one();
+  idle_.notify_all();
 }
 
 }  // namespace gpukv::server

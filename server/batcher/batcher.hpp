@@ -49,7 +49,7 @@ struct CallOps {
   const std::uint32_t* value_lengths = nullptr;  // one per write op
 };
 
-// A call's results, written by the execution thread in op order.
+// A call's results, written as its batches are answered.
 struct CallResults {
   std::string results;                       // one OpStatus byte per op
   std::string values;                        // the values of the GETs that found their key, in op order
@@ -75,9 +75,11 @@ struct BatcherConfig {
   std::size_t batch_size = 65536;                  // operations per device batch
   Clock::duration max_delay = std::chrono::microseconds(200);  // longest an operation waits for a batch
   std::size_t max_queued_ops = 1 << 22;            // ops waiting for a batch beyond which submit() refuses calls
-  // Threads that run the done() of calls a batch completed; 0: the execution thread runs them. done()s of
-  // different calls may then run concurrently and in any order.
+  // Threads that answer executed batches (write each call's results, then run its done()), in runs of
+  // segments of at least answer_rows rows, while the next batch runs; 0: the execution thread answers each
+  // batch before running the next. done()s of different calls may then run concurrently and in any order.
   unsigned completion_threads = 0;
+  std::size_t answer_rows = 2048;  // fewer rows per run would cost more in hand-offs than they save
   // Launch a batch at once, however small, whenever the table has none running or staged (decide_batch).
   bool launch_when_idle = false;
 };
@@ -136,7 +138,15 @@ class Batcher {
   void publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch);
   bool table_idle() const;  // no batch closed or running
   std::size_t pending_ops() const;  // see queued_ops()
-  void finish_batch(StagedBatch& batch);
+  // The execution thread runs a batch on the table, then hands its answering out: to the completion
+  // threads, in runs of segments, or, without them, to itself.
+  void execute(StagedBatch& batch);
+  void hand_out_answers(StagedBatch& batch);
+  // Writes the results of segments [first, last) into their calls, completes each call whose last
+  // segment this was, and frees the batch after its last run of segments. Runs without the lock.
+  void answer(StagedBatch& batch, std::size_t first_segment, std::size_t last_segment);
+  void complete(CallState* call);  // answers the call and deletes its state
+  void release(StagedBatch& batch);
 
   Table& table_;
   const BatcherConfig config_;
@@ -149,25 +159,30 @@ class Batcher {
   std::condition_variable queue_changed_;  // stage thread waits: a batch to time or to fill, draining
   std::condition_variable batch_ready_;    // execution thread waits: the oldest closed batch ready, or stopping
   std::condition_variable idle_;           // drain() waits: everything done
+  std::vector<std::unique_ptr<StagedBatch>> batches_;  // every batch, for the batcher's lifetime
   // All guarded by mutex_. Each batch is in exactly one of free_, filling_, closed_, or with the execution
-  // thread.
+  // thread, or being answered.
   std::deque<std::unique_ptr<CallState>> queue_;
   std::size_t queued_ops_ = 0;  // ops in queue_ not yet in a batch
   bool draining_ = false;
   bool stopping_ = false;
-  std::vector<std::unique_ptr<StagedBatch>> free_;
-  std::unique_ptr<StagedBatch> filling_;              // taking rows; null while both batches are busy
-  std::deque<std::unique_ptr<StagedBatch>> closed_;   // in closing order, which is the order they run in
+  bool executing_ = false;
+  std::vector<StagedBatch*> free_;
+  StagedBatch* filling_ = nullptr;       // taking rows; null while every batch is busy
+  std::deque<StagedBatch*> closed_;      // in closing order, which is the order they run in
+  std::deque<BatchReport> reports_;      // of answered batches, for the execution thread to hand to on_batch
 
   std::thread stager_;
   std::thread executor_;
 
-  // Calls whose results are all written, waiting for a completion thread to run their done().
+  // Runs of an executed batch's segments waiting for a completion thread to answer them.
+  struct AnswerJob {
+    StagedBatch* batch;
+    std::size_t first_segment, last_segment;
+  };
   std::mutex completion_mutex_;
-  std::condition_variable completion_ready_;  // completion threads wait: calls to complete, or stopping
-  std::condition_variable completion_idle_;   // drain() waits: nothing left to complete
-  std::deque<std::unique_ptr<CallState>> completions_;  // guarded by completion_mutex_
-  std::size_t completing_ = 0;                // taken and not yet done; guarded by completion_mutex_
+  std::condition_variable completion_ready_;  // completion threads wait: jobs, or stopping
+  std::deque<AnswerJob> answer_jobs_;         // guarded by completion_mutex_
   bool completion_stop_ = false;              // guarded by completion_mutex_
   std::vector<std::thread> completers_;
 };

@@ -177,7 +177,7 @@ TEST(Batcher, CallsOnOneKeyTakeEffectInArrivalOrder) {
   EXPECT_EQ(calls[6].value(0), "v3");
 }
 
-// Calls answered by the execution thread (0), or by completion threads, which run done()s concurrently,
+// Calls answered by the execution thread (0), or by completion threads, several per batch and across batches,
 // with batches also launched whenever the table is idle.
 class BatcherCompletion : public testing::TestWithParam<unsigned> {};
 INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion, testing::Values(0u, 3u), [](const testing::TestParamInfo<unsigned>& i) {
@@ -192,6 +192,7 @@ TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   bc.max_delay = 1ms;
   bc.completion_threads = GetParam();
   bc.launch_when_idle = GetParam() != 0;
+  bc.answer_rows = 3;  // several threads answer each batch, and a call's batches at once
   Batcher batcher(table, bc);
   TestCall puts, gets;
   for (int i = 0; i < 100; ++i) puts.op(OpKind::kPut, "key" + std::to_string(i), "value" + std::to_string(i));
@@ -298,6 +299,7 @@ TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
   bc.max_delay = 200us;
   bc.completion_threads = GetParam();
   bc.launch_when_idle = GetParam() != 0;
+  bc.answer_rows = 16;
   Batcher batcher(table, bc);
   constexpr int kClients = 6, kCalls = 150;
   std::vector<std::thread> clients;
