@@ -15,6 +15,9 @@ constexpr std::size_t kBatches = 3;
 
 constexpr const char* kExpired = "the deadline passed while the call was queued";
 
+// Reserved rows up to this many are copied without giving up the lock.
+constexpr std::size_t kRowsCopiedUnderLock = 256;
+
 // Kind byte of a staged op that failed validation: the table answers it kInvalid and changes nothing.
 constexpr std::uint8_t kRejectedOp = 0xFF;
 
@@ -386,7 +389,12 @@ void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t 
 
 void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work) {
   if (work.batch == nullptr && work.expired.empty()) return;
-  lock.unlock();
+  std::size_t rows = 0;
+  for (const Segment& s : work.segments) rows += s.count;
+  // A few rows copy faster than the lock is given up and taken back (and other threads wait on it less
+  // than they would for the hand-off); refused calls are answered outside the lock.
+  const bool under_lock = rows <= kRowsCopiedUnderLock && work.expired.empty();
+  if (!under_lock) lock.unlock();
   for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
   const bool refused = !work.expired.empty();
   work.expired.clear();
@@ -400,7 +408,7 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
     }
     copy_time = Clock::now() - start;
   }
-  lock.lock();
+  if (!under_lock) lock.lock();
   if (refused) idle_.notify_all();
   if (work.batch == nullptr) return;
   StagedBatch& batch = *work.batch;
