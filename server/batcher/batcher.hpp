@@ -1,21 +1,22 @@
 // The batcher: gathers the operations of every client call into fixed-size device batches and runs them on
 // the table, keeping the order in which calls arrived (so operations on one key keep their order).
 //
-//   submit() ──▶ [filling batch] ──closed──▶ [closed batches, in order] ──▶ execution thread ──▶ done()
-//        └──▶ queue (bounded) ──▶ staging thread ──┘
+//   submit() ──▶ [filling batch] ──closed──▶ [closed batches, in order] ──▶ execution thread ──▶ answering
+//        └──▶ queue (bounded) ──▶ staging thread ──┘                                        (results, done())
 //
-// Two batches in the table's host memory (pinned on the GPU backend): one fills while the other runs. A
-// call that arrives with nothing queued ahead of it and a batch filling reserves its rows under the lock and
-// copies its packed columns into them on the caller's own thread, outside the lock, so copies of
-// different calls overlap and a batch is ready the moment it is closed. Otherwise (no batch free, or calls
-// queued ahead) the call waits in the queue, and the staging thread moves queued calls into the next batch
-// as one frees up. A batch is closed when full (by whichever thread fills it), when its oldest operation
-// has waited max_delay (decide_batch, on the staging thread), or, with launch_when_idle, as soon as the
-// table has nothing else to run. The thread that finishes a closed batch's last copy hands it to
-// Table::prefetch, so its copy to the GPU overlaps the batch running now. A call larger than a batch spans
-// consecutive batches. A call's done() (for the service: serialising the response and starting its send)
-// runs on the execution thread or, with completion_threads, on threads of its own, so that the next batch
-// starts while the last one's calls are answered.
+// Three batches in the table's host memory (pinned on the GPU backend): one fills while one runs and the
+// one before it is answered. A call that arrives with nothing queued ahead of it and a batch filling
+// reserves its rows and copies its packed columns into them on the caller's own thread (large calls
+// outside the lock, so copies of different calls overlap): a batch is ready the moment it is closed.
+// Otherwise (no batch free, or calls queued ahead) the call waits in the queue, and the staging thread moves
+// queued calls into the next batch as one frees up. A batch is closed when full (by whichever thread fills
+// it), when its oldest operation has waited max_delay (decide_batch, on the staging thread), or, with
+// launch_when_idle, as soon as the table has nothing else to run. The thread that finishes a closed batch's
+// last copy hands it to Table::prefetch, so its copy to the GPU overlaps the batch running now. The
+// execution thread only executes: with completion_threads, runs of an executed batch's rows are answered
+// (results written into their calls, done() run for each call whose last row it was) on those threads
+// while the next batch runs; without, it answers each batch itself before the next. A call larger than a
+// batch spans consecutive batches, and is answered once all of its rows are.
 //
 // Knows nothing of gRPC: the service adapts calls to CallOps / CallResults.
 #pragma once
