@@ -31,9 +31,9 @@ ABSL_FLAG(std::uint32_t, max_queue_delay, 200, "microseconds an operation may wa
 ABSL_FLAG(std::uint64_t, max_queued_ops, 1 << 22, "operations queued beyond which calls get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::uint32_t, cpu_threads, 0, "CPU backend worker threads (0: one per core)");
 ABSL_FLAG(int, completion_threads, -1,
-          "threads that answer the calls a batch completed (serialise and send responses), so the next batch "
-          "starts meanwhile; 0: the batch's thread answers them; -1: a quarter of the cores, at most 4, and 0 "
-          "below 8 cores");
+          "threads that answer an executed batch (write results into its calls, serialise and send responses) "
+          "while the next batch runs; 0: the execution thread answers each batch before the next; -1: a "
+          "quarter of the cores, at most 4, and 0 below 8 cores");
 ABSL_FLAG(bool, launch_when_idle, false,
           "launch a batch at once, however small, whenever the table has none running or staged (otherwise a "
           "partial batch waits out --max_queue_delay)");
