@@ -506,12 +506,16 @@ void Batcher::hand_out_answers(StagedBatch& batch) {
     answer(batch, 0, segments);
     return;
   }
-  // Contiguous runs of segments of about equal rows, one per completion thread (at least answer_rows each).
-  const std::size_t per_job = std::max(std::max<std::size_t>(1, config_.answer_rows), (batch.size + completers_.size() - 1) / completers_.size());
+  // Contiguous runs of segments, one per completion thread: a run ends at its share of the rows (at least
+  // answer_rows) or at its share of the segments, since each call whose last segment it answers gets its
+  // response serialised and sent there, which outweighs its rows when calls are small.
+  const std::size_t threads = completers_.size();
+  const std::size_t rows_per_job = std::max({std::size_t{1}, config_.answer_rows, (batch.size + threads - 1) / threads});
+  const std::size_t segments_per_job = (segments + threads - 1) / threads;
   std::vector<AnswerJob> jobs;
   for (std::size_t first = 0, rows = 0, i = 0; i < segments; ++i) {
     rows += batch.segments[i].count;
-    if (rows >= per_job || i + 1 == segments) {
+    if (rows >= rows_per_job || i + 1 - first >= segments_per_job || i + 1 == segments) {
       jobs.push_back(AnswerJob{&batch, first, i + 1});
       first = i + 1;
       rows = 0;

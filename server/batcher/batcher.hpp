@@ -76,9 +76,10 @@ struct BatcherConfig {
   std::size_t batch_size = 65536;                  // operations per device batch
   Clock::duration max_delay = std::chrono::microseconds(200);  // longest an operation waits for a batch
   std::size_t max_queued_ops = 1 << 22;            // ops waiting for a batch beyond which submit() refuses calls
-  // Threads that answer executed batches (write each call's results, then run its done()), in runs of
-  // segments of at least answer_rows rows, while the next batch runs; 0: the execution thread answers each
-  // batch before running the next. done()s of different calls may then run concurrently and in any order.
+  // Threads that answer executed batches (write each call's results, then run its done()) while the next
+  // batch runs, each taking a share of the batch's calls (runs of at least answer_rows rows, unless the run
+  // already holds its share of the calls); 0: the execution thread answers each batch before running the
+  // next. done()s of different calls may then run concurrently and in any order.
   unsigned completion_threads = 0;
   std::size_t answer_rows = 2048;  // fewer rows per run would cost more in hand-offs than they save
   // Launch a batch at once, however small, whenever the table has none running or staged (decide_batch).
