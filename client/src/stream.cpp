@@ -71,12 +71,8 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
   Reactor(std::shared_ptr<grpc::Channel> channel, std::size_t max_in_flight)
       : channel_(std::move(channel)), max_in_flight_(max_in_flight) {}
 
-  void start(v1::KeyValue::Stub& stub, std::shared_ptr<Reactor> self, std::chrono::milliseconds timeout) {
+  void start(v1::KeyValue::Stub& stub, std::chrono::milliseconds timeout) {
     if (timeout < std::chrono::hours(24 * 365)) context_.set_deadline(std::chrono::system_clock::now() + timeout);
-    {
-      std::lock_guard lock(mutex_);
-      self_ = std::move(self);
-    }
     stub.async()->Stream(&context_, this);
     AddHold();
     StartRead(&incoming_);
@@ -228,13 +224,14 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
       broken_ = true;
     }
     for (GroupCallback& done : unanswered) dispatch(done, final_status, GroupResult{});
-    // Published only now, so that close() returns after the last callback. The local reference keeps this
-    // object alive to the end of OnDone even if the Stream lets go of it as soon as it sees done_.
-    std::shared_ptr<Reactor> keep;
+    // Published only now, so that close() returns after the last callback; this is OnDone's last touch of
+    // the object (the Stream may destroy it as soon as it sees done_). The reactor must not be destroyed here:
+    // its ClientContext holds a reference to the channel, and the last one dropped on a gRPC callback thread
+    // destroys the channel there, which can tear down gRPC's shared callback queue from one of its own
+    // threads (the queue is then freed under that thread: "ref_counted.h assertion failed: prior > 0").
     std::lock_guard lock(mutex_);
     final_ = final_status;
     done_ = true;
-    keep = std::move(self_);
     notify_waiters();
   }
 
@@ -321,14 +318,13 @@ class Stream::Reactor final : public grpc::ClientBidiReactor<v1::StreamRequest, 
   bool done_ = false;                    // OnDone has run its callbacks; final_ is set
   grpc::Status protocol_error_;          // a response the stream could not match (the server's fault)
   grpc::Status final_;
-  std::shared_ptr<Reactor> self_;        // keeps the call's state alive until OnDone
 };
 
 Stream::Stream(v1::KeyValue::Stub& stub, std::shared_ptr<grpc::Channel> channel, std::chrono::milliseconds timeout,
                std::size_t max_in_flight) {
   if (max_in_flight == 0) throw std::invalid_argument("max_in_flight must be at least 1");
   reactor_ = std::make_shared<Reactor>(std::move(channel), max_in_flight);
-  reactor_->start(stub, reactor_, timeout);
+  reactor_->start(stub, timeout);
 }
 
 Stream::~Stream() {

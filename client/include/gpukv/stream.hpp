@@ -130,7 +130,7 @@ class Stream {
  private:
   class Reactor;
 
-  std::shared_ptr<Reactor> reactor_;  // shared with gRPC until the call's OnDone
+  std::shared_ptr<Reactor> reactor_;  // destroyed only here (~Stream, after OnDone), never on a gRPC thread
 };
 
 }  // namespace gpukv::client
