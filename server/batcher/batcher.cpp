@@ -60,6 +60,9 @@ struct Batcher::StageWork {
   std::vector<std::unique_ptr<CallState>> expired;
 };
 
+// A device batch in the table's column layout, plus which call each row answers. The columns are carved from
+// one block of the table's host memory (pinned on the GPU backend), so that the table copies them by DMA and
+// can prefetch a closed batch while the previous one runs.
 struct Batcher::StagedBatch {
   StagedBatch(Table& table, std::size_t n, std::uint32_t key_width, std::uint32_t value_stride) {
     std::size_t bytes = 0;
