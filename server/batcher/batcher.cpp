@@ -29,6 +29,7 @@ struct Batcher::CallState {
   std::size_t key_offset = 0;
   std::size_t value_offset = 0;
   std::size_t write_index = 0;
+  std::size_t get_index = 0;  // GETs before next_op: where its next GET's value slot is
   // Segments not yet answered, plus one until its last op has a row. Whoever answers the last one
   // completes the call (answers it and deletes this state): a call spanning batches may be answered on
   // several threads at once, and is completed once, after all its results are written.
@@ -50,7 +51,9 @@ struct Batcher::Segment {
   std::size_t key_offset;
   std::size_t value_offset;
   std::size_t write_index;
-  bool expired = false;  // the call's deadline passed before it started: its rows are rejected, not run
+  std::size_t get_index;
+  Clock::time_point deadline;  // the call's, here so that closing a batch reads no call
+  bool expired = false;        // the call's deadline passed before it started: its rows are rejected, not run
 };
 
 // Rows reserved under the lock, to copy outside it, and calls refused for their deadline.
@@ -96,7 +99,8 @@ struct Batcher::StagedBatch {
   std::vector<Segment> segments;
   std::size_t copies = 0;  // reservations whose rows are still being copied
   bool closed = false;     // takes no more rows
-  bool ready = false;      // closed, copied and prefetched: the execution thread may take it
+  bool ready = false;      // closed and copied: the execution thread may take it
+  bool prefetched = false; // handed to Table::prefetch
   // After execution: the table failed it, the report being put together, answering jobs not yet done.
   bool failed = false;
   Clock::time_point executed{};
@@ -108,7 +112,7 @@ struct Batcher::StagedBatch {
     size = writes = gets = copies = 0;
     stage_time = {};
     segments.clear();
-    closed = ready = failed = false;
+    closed = ready = prefetched = failed = false;
     report = BatchReport{};
   }
 
@@ -128,16 +132,22 @@ struct CopyCounts {
 
 using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
 
-// Packs the GET values, written at fixed slots (op i at i * width) while the call's batches were answered,
-// into op order with no gaps, as CallResults promises. In place: an op's packed offset never exceeds its slot.
-void pack_values(CallResults& r, std::uint32_t width) {
+bool is_get(const CallOps& ops, std::size_t i) {
+  return (ops.kinds.empty() ? ops.kind : static_cast<OpKind>(ops.kinds[i])) == OpKind::kGet;
+}
+
+// Packs the GET values, written at fixed slots (the g-th GET at g * width) while the call's batches were
+// answered, into op order with no gaps, as CallResults promises. In place: a packed offset never exceeds
+// its slot.
+void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
   if (r.values.empty()) return;
   std::size_t packed = 0;
-  for (std::size_t i = 0; i < r.value_lengths.size(); ++i) {
+  for (std::size_t i = 0, g = 0; i < ops.count; ++i) {
+    if (!is_get(ops, i)) continue;
     const std::uint32_t len = r.value_lengths[i];
-    if (len == 0) continue;
-    if (packed != i * width) std::memmove(r.values.data() + packed, r.values.data() + i * width, len);
+    if (len != 0 && packed != g * width) std::memmove(r.values.data() + packed, r.values.data() + g * width, len);
     packed += len;
+    ++g;
   }
   r.values.resize(packed);
 }
@@ -202,9 +212,12 @@ Batcher::StagedBatch* Batcher::close_filling() {
   // runs. Batches close one at a time and in order, so a call's later batches see the flag.
   const Clock::time_point now = Clock::now();
   for (Segment& s : batch->segments) {
-    CallState& c = *s.call;
-    if (s.first_op == 0 && now > c.call.deadline) c.expired = true;
-    s.expired = c.expired;
+    if (s.first_op == 0) {
+      s.expired = now > s.deadline;
+      if (s.expired) s.call->expired = true;
+    } else {
+      s.expired = s.call->expired;  // a call going on from the batch before: only the first segment
+    }
   }
   closed_.push_back(batch);
   filling_ = nullptr;
@@ -213,24 +226,43 @@ Batcher::StagedBatch* Batcher::close_filling() {
 }
 
 void Batcher::publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch) {
+  // The table keeps two prefetched uploads, and a new one replaces the older one not yet running: only the
+  // batch that runs next is prefetched here; the execution thread prefetches the one after it when it
+  // starts this one.
+  const bool next = closed_.front() == &batch;
+  batch.prefetched = next;
   // No other thread touches a closed batch with no copies in flight until it is ready, so the rejection of
-  // expired calls' rows and the prefetch (a copy started on the GPU backend) run outside the lock.
+  // expired calls' rows and the prefetch run outside the lock.
   lock.unlock();
   for (const Segment& s : batch.segments) {
     if (s.expired) std::memset(batch.ops + s.row, kRejectedOp, s.count);
   }
-  table_.prefetch(batch.in());
+  if (next) prefetch(batch);
   lock.lock();
   batch.ready = true;
   batch_ready_.notify_one();
 }
 
+void Batcher::prefetch(StagedBatch& batch) {
+  try {
+    table_.prefetch(batch.in());
+  } catch (const std::exception&) {
+    // Only an early start: the batch's execute() copies for itself, and reports a table that failed.
+  }
+}
+
 void Batcher::submit(Call call) {
   const std::size_t n = call.ops.count;
+  if (n > config_.max_queued_ops) {  // before sizing its results: they would never be used
+    call.done(CallCode::kResourceExhausted, "the call has more operations than the queue holds");
+    return;
+  }
   call.results->results.assign(n, static_cast<char>(OpStatus::kInvalid));
-  // GET values go to fixed slots while the call's batches are answered (pack_values closes the gaps).
-  const bool may_get = !call.ops.kinds.empty() || call.ops.kind == OpKind::kGet;
-  call.results->values.assign(may_get ? n * value_width_ : 0, '\0');
+  // GET values go to fixed slots, one per GET, while the call's batches are answered (pack_values closes
+  // the gaps left by misses).
+  std::size_t gets = call.ops.kinds.empty() && call.ops.kind == OpKind::kGet ? n : 0;
+  if (!call.ops.kinds.empty()) gets = static_cast<std::size_t>(std::count(call.ops.kinds.begin(), call.ops.kinds.end(), static_cast<char>(OpKind::kGet)));
+  call.results->values.assign(gets * value_width_, '\0');
   call.results->value_lengths.assign(n, 0);
   auto state = std::make_unique<CallState>();
   state->call = std::move(call);
@@ -244,7 +276,7 @@ void Batcher::submit(Call call) {
     refusal = "the server is draining";
     code = CallCode::kUnavailable;
   } else if (pending_ops() + n > config_.max_queued_ops) {
-    refusal = n > config_.max_queued_ops ? "the call has more operations than the queue holds" : "the queue is full";
+    refusal = "the queue is full";
     code = CallCode::kResourceExhausted;
   } else if (n != 0) {
     queued_ops_ += n;
@@ -259,7 +291,9 @@ void Batcher::submit(Call call) {
       if (filling_ == batch && batch->size != 0) {  // still filling
         if (config_.launch_when_idle) {
           // Nothing to run: start it now. Else the execution thread closes it when the running batch ends.
-          if (table_idle()) close_filling();
+          if (table_idle()) {
+            if (StagedBatch* closed = close_filling()) publish(lock, *closed);
+          }
         } else if (first_rows) {
           wake = true;  // the staging thread times the batch from its first op
         }
@@ -286,7 +320,9 @@ void Batcher::drain() {
   {
     std::unique_lock lock(mutex_);
     // Every batch free (or the empty filling one): nothing queued, running or being answered.
-    idle_.wait(lock, [&] { return queue_.empty() && free_.size() + 1 == kBatches && filling_ != nullptr && filling_->size == 0; });
+    idle_.wait(lock, [&] {
+      return queue_.empty() && free_.size() + 1 == kBatches && filling_ != nullptr && filling_->size == 0 && refusing_ == 0;
+    });
     stopping_ = true;
   }
   queue_changed_.notify_all();
@@ -323,13 +359,15 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
     const std::size_t count = c.call.ops.count;
     if (c.next_op == 0 && now > c.call.deadline) {  // not started: refuse it whole
       queued_ops_ -= count;
+      ++refusing_;  // drain() waits until it is answered
       work.expired.push_back(std::move(queue_.front()));
       queue_.pop_front();
       continue;
     }
     if (batch.size == 0) batch.oldest = c.arrived;
     const std::size_t take = std::min(count - c.next_op, config_.batch_size - batch.size);
-    batch.segments.push_back(Segment{&c, c.next_op, take, batch.size, c.key_offset, c.value_offset, c.write_index});
+    batch.segments.push_back(
+        Segment{&c, c.next_op, take, batch.size, c.key_offset, c.value_offset, c.write_index, c.get_index, c.call.deadline});
     // A call that goes on in the next batch: advance its cursors past the ops taken (their bytes are copied
     // outside the lock). A call that ends here needs no cursors.
     const CallOps& ops = c.call.ops;
@@ -337,6 +375,7 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
       c.key_offset += ops.key_lengths[i];
       const auto kind = static_cast<OpKind>(ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : ops.kinds[i]);
       if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) c.value_offset += ops.value_lengths[c.write_index++];
+      c.get_index += kind == OpKind::kGet;
     }
     c.next_op += take;
     batch.size += take;
@@ -400,6 +439,7 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
   if (!under_lock) lock.unlock();
   for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
   const bool refused = !work.expired.empty();
+  const std::size_t refused_calls = work.expired.size();
   work.expired.clear();
   CopyCounts counts;
   Clock::duration copy_time{};
@@ -412,7 +452,10 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
     copy_time = Clock::now() - start;
   }
   if (!under_lock) lock.lock();
-  if (refused) idle_.notify_all();
+  if (refused) {
+    refusing_ -= refused_calls;
+    idle_.notify_all();
+  }
   if (work.batch == nullptr) return;
   StagedBatch& batch = *work.batch;
   batch.writes += counts.writes;
@@ -439,7 +482,7 @@ void Batcher::stage_loop() {
       if (StagedBatch* batch = close_filling()) publish(lock, *batch);
       continue;
     }
-    // Nothing to launch yet, or both batches busy (the execution thread wakes this one when one frees up).
+    // Nothing to launch yet, or every batch busy (the execution thread wakes this one when one frees up).
     if (!d.launch && d.wait != Clock::duration::max()) {
       queue_changed_.wait_for(lock, d.wait);
     } else {
@@ -468,17 +511,25 @@ void Batcher::execute_loop() {
     StagedBatch* batch = closed_.front();
     closed_.pop_front();
     executing_ = true;
+    // The batch after this one, if ready and not yet on its way (publish prefetched only the next one).
+    StagedBatch* after = !closed_.empty() && closed_.front()->ready && !closed_.front()->prefetched ? closed_.front() : nullptr;
+    if (after != nullptr) after->prefetched = true;
     lock.unlock();
+    if (after != nullptr) prefetch(*after);
     execute(*batch);
+    // Answered here, the batch keeps the table busy until its calls are answered (for launch_when_idle).
+    if (completers_.empty()) hand_out_answers(*batch);
     lock.lock();
     executing_ = false;
     // With launch_when_idle, a batch that filled while this one ran starts now.
     if (config_.launch_when_idle && closed_.empty() && filling_ != nullptr && filling_->size != 0) {
       if (StagedBatch* next = close_filling()) publish(lock, *next);
     }
-    lock.unlock();
-    hand_out_answers(*batch);
-    lock.lock();
+    if (!completers_.empty()) {
+      lock.unlock();
+      hand_out_answers(*batch);
+      lock.lock();
+    }
   }
 }
 
@@ -546,14 +597,18 @@ void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t 
       const CallOps& ops = c.call.ops;
       // Each segment writes only its own ops' entries, so segments of one call answered at once never meet.
       std::memcpy(r.results.data() + s.first_op, batch.status + s.row, s.count);
+      std::size_t get = s.get_index;
       for (std::size_t j = 0; j < s.count; ++j) {
         const std::size_t i = s.first_op + j, row = s.row + j;
         const std::uint8_t status = batch.status[row];
         const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
-        if (kind == static_cast<std::uint8_t>(OpKind::kGet) && status == static_cast<std::uint8_t>(OpStatus::kOk)) {
-          const std::uint32_t len = batch.out_value_lens[row];
-          std::memcpy(r.values.data() + i * value_width_, batch.out_values + row * value_stride_, len);
-          r.value_lengths[i] = len;
+        if (kind == static_cast<std::uint8_t>(OpKind::kGet)) {
+          if (status == static_cast<std::uint8_t>(OpStatus::kOk)) {
+            const std::uint32_t len = batch.out_value_lens[row];
+            std::memcpy(r.values.data() + get * value_width_, batch.out_values + row * value_stride_, len);
+            r.value_lengths[i] = len;
+          }
+          ++get;
         }
         if (kind < kOpKindCount && status < counts[kind].size()) counts[kind][status] += 1;
       }
@@ -576,7 +631,7 @@ void Batcher::complete(CallState* state) {
   } else if (!c->failure.empty()) {
     c->call.done(CallCode::kUnavailable, c->failure);
   } else {
-    pack_values(*c->call.results, value_width_);
+    pack_values(*c->call.results, c->call.ops, value_width_);
     c->call.done(CallCode::kOk, "");
   }
 }

@@ -59,7 +59,7 @@ struct CallResults {
 
 enum class CallCode {
   kOk,
-  kDeadlineExceeded,   // the deadline passed while the call was queued; nothing of it was applied
+  kDeadlineExceeded,   // the deadline passed before the call's first batch closed; nothing of it was applied
   kUnavailable,        // the batcher is draining or stopped
   kResourceExhausted,  // the queue is full
 };
@@ -68,7 +68,9 @@ struct Call {
   CallOps ops;
   CallResults* results = nullptr;  // sized by submit()
   Clock::time_point deadline = Clock::time_point::max();
-  // Runs exactly once: with kOk after every result is written, or with an error and nothing applied.
+  // Runs exactly once: with kOk after every result is written, or with an error (nothing applied, unless the
+  // table failed). It may run on the caller's thread inside submit() (a refusal), on the execution thread,
+  // or on a completion thread.
   std::function<void(CallCode, std::string_view message)> done;
 };
 
@@ -90,9 +92,9 @@ struct BatcherConfig {
 struct BatchReport {
   std::size_t ops = 0;
   Clock::duration queue_delay{};  // how long the batch's oldest operation waited before the batch started
-  Clock::duration stage_time{};   // the staging thread copying the calls' columns into the batch
+  Clock::duration stage_time{};   // copying the calls' columns into the batch, summed over the threads that did
   Clock::duration execute_time{};
-  Clock::duration answer_time{};  // the execution thread writing results into the calls and handing them on
+  Clock::duration answer_time{};  // from executed to the last of its calls answered (results written, done() run)
   std::array<std::array<std::uint64_t, 5>, kOpKindCount> results{};  // [kind][OpStatus] counts
 };
 
@@ -138,6 +140,7 @@ class Batcher {
   void open_filling();
   // Starts a closed, fully copied batch on its way to the GPU and marks it ready for the execution thread.
   void publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch);
+  void prefetch(StagedBatch& batch);
   bool table_idle() const;  // no batch closed or running
   std::size_t pending_ops() const;  // see queued_ops()
   // The execution thread runs a batch on the table, then hands its answering out: to the completion
@@ -169,6 +172,7 @@ class Batcher {
   bool draining_ = false;
   bool stopping_ = false;
   bool executing_ = false;
+  std::size_t refusing_ = 0;  // calls refused for their deadline whose done() has not yet returned
   std::vector<StagedBatch*> free_;
   StagedBatch* filling_ = nullptr;       // taking rows; null while every batch is busy
   std::deque<StagedBatch*> closed_;      // in closing order, which is the order they run in

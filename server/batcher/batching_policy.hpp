@@ -14,7 +14,8 @@ struct BatchDecision {
   Clock::duration wait;      // otherwise, wait at most this long before deciding again
 };
 
-// pending_ops: operations queued and not yet in a batch; oldest: when the oldest of them arrived.
+// pending_ops: operations waiting for their batch to close (queued, or in the filling batch); oldest: when
+// the oldest of them arrived.
 // A batch launches when it would be full, when the oldest operation has waited max_delay, or when the
 // batcher is draining; with nothing queued there is nothing to wait for. With launch_when_idle, it also
 // launches at once while the table has no batch running or staged (`table_idle`): waiting would only

@@ -288,7 +288,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       if (!broken_) order_.push_back(item);
     }
     // Submit before the next read: the next OnReadDone may run on another thread, and requests must reach
-    // the batcher in the order they were sent (same-key order within a stream). Submitting never blocks.
+    // the batcher in the order they were sent (same-key order within a stream). Submitting never waits
+    // for a batch: at most it copies this request's columns into the filling batch.
     submit(item);
     StartRead(&incoming_);
   }

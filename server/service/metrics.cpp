@@ -62,12 +62,12 @@ Metrics::Metrics(const std::string& address)
                       .Add({}, seconds_buckets())),
       stage_time_(prometheus::BuildHistogram()
                       .Name("gpukv_batch_staging_seconds")
-                      .Help("Time to copy one batch's operations from their calls into the staging buffers")
+                      .Help("Time spent copying one batch's operations from their calls into its staging buffers, summed over the threads that copied")
                       .Register(*registry_)
                       .Add({}, seconds_buckets())),
       answer_time_(prometheus::BuildHistogram()
                        .Name("gpukv_batch_answer_seconds")
-                       .Help("Time to write one batch's results into its calls and answer (or hand on) those it completed")
+                       .Help("Time from a batch's execution to the last of its calls answered (results written, responses started)")
                        .Register(*registry_)
                        .Add({}, seconds_buckets())),
       items_(prometheus::BuildGauge().Name("gpukv_items").Help("Live keys, by tier").Register(*registry_)),

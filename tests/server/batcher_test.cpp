@@ -179,19 +179,26 @@ TEST(Batcher, CallsOnOneKeyTakeEffectInArrivalOrder) {
 
 // Calls answered by the execution thread (0), or by completion threads, several per batch and across batches,
 // with batches also launched whenever the table is idle.
-class BatcherCompletion : public testing::TestWithParam<unsigned> {};
-INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion, testing::Values(0u, 3u), [](const testing::TestParamInfo<unsigned>& i) {
-  return i.param == 0 ? std::string("answered_by_the_execution_thread")
-                      : "completion_threads_" + std::to_string(i.param) + "_launch_when_idle";
-});
+struct Answering {
+  unsigned completion_threads;
+  bool launch_when_idle;
+};
+class BatcherCompletion : public testing::TestWithParam<Answering> {};
+INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion,
+                         testing::Values(Answering{0, false}, Answering{0, true}, Answering{3, false}, Answering{3, true}),
+                         [](const testing::TestParamInfo<Answering>& i) {
+                           return (i.param.completion_threads == 0 ? std::string("answered_by_the_execution_thread")
+                                                                   : "completion_threads_" + std::to_string(i.param.completion_threads)) +
+                                  (i.param.launch_when_idle ? "_launch_when_idle" : "");
+                         });
 
 TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   Table table(cpu_table());
   BatcherConfig bc;
   bc.batch_size = 16;
   bc.max_delay = 1ms;
-  bc.completion_threads = GetParam();
-  bc.launch_when_idle = GetParam() != 0;
+  bc.completion_threads = GetParam().completion_threads;
+  bc.launch_when_idle = GetParam().launch_when_idle;
   bc.answer_rows = 3;  // several threads answer each batch, and a call's batches at once
   Batcher batcher(table, bc);
   TestCall puts, gets;
@@ -242,6 +249,26 @@ TEST(Batcher, ExpiredDeadlineFailsTheCallAndAppliesNothing) {
   EXPECT_EQ(check.status(0), OpStatus::kNotFound);
 }
 
+// A call counts as queued until its batch closes: one whose deadline passes while its rows sit copied in the
+// filling batch is refused and changes nothing, while the call that fills the batch runs.
+TEST(Batcher, ADeadlinePassingBeforeTheBatchClosesFailsTheCallAndAppliesNothing) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 8;
+  bc.max_delay = 1h;  // only a full batch closes
+  Batcher batcher(table, bc);
+  TestCall early, filler;
+  batcher.submit(early.op(OpKind::kPut, "early", "v").op(OpKind::kPut, "early2", "v").call(Clock::now() + 2ms));
+  std::this_thread::sleep_for(20ms);  // past early's deadline, with its batch still filling
+  for (int i = 0; i < 6; ++i) filler.op(OpKind::kPut, "f" + std::to_string(i), "v");
+  batcher.submit(filler.call());  // fills the batch: it closes
+  EXPECT_EQ(early.wait(), CallCode::kDeadlineExceeded);
+  ASSERT_EQ(filler.wait(), CallCode::kOk);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(filler.status(i), OpStatus::kOk);
+  batcher.drain();
+  EXPECT_EQ(table.stats().items, 6u);
+}
+
 TEST(Batcher, FullQueueRefusesCallsAndDrainRunsWhatWasQueued) {
   Table table(cpu_table());
   BatcherConfig bc;
@@ -290,18 +317,13 @@ TEST(Batcher, ReportsEveryBatch) {
   EXPECT_EQ(puts_ok, 12u);
 }
 
-// Many client threads, each on its own keys, random mixed calls of random sizes; each thread's results
-// must match its own model exactly (its calls run in the order it submitted them).
-TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
+// Many client threads, each on its own keys, random mixed calls of min_ops..max_ops ops; each thread's
+// results must match its own model exactly (its calls run in the order it submitted them).
+void concurrent_clients_match_their_models(BatcherConfig bc, int calls_per_client, int min_ops, int max_ops) {
   Table table(cpu_table(1 << 15));
-  BatcherConfig bc;
-  bc.batch_size = 256;
-  bc.max_delay = 200us;
-  bc.completion_threads = GetParam();
-  bc.launch_when_idle = GetParam() != 0;
-  bc.answer_rows = 16;
   Batcher batcher(table, bc);
-  constexpr int kClients = 6, kCalls = 150;
+  constexpr int kClients = 6;
+  const int kCalls = calls_per_client;
   std::vector<std::thread> clients;
   std::vector<std::string> failures(kClients);
   for (int t = 0; t < kClients; ++t) {
@@ -313,7 +335,7 @@ TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
         std::vector<TestCall> calls(5);
         std::vector<std::vector<std::pair<OpKind, std::string>>> expect(5);
         for (auto& c : calls) {
-          const int n = 1 + static_cast<int>(rng() % 40);
+          const int n = min_ops + static_cast<int>(rng() % static_cast<unsigned>(max_ops - min_ops + 1));
           for (int i = 0; i < n; ++i) {
             const std::string key = std::to_string(t) + "/" + std::to_string(rng() % 64);
             const OpKind kind = static_cast<OpKind>(rng() % 4);
@@ -363,6 +385,28 @@ TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
   }
   for (auto& c : clients) c.join();
   for (int t = 0; t < kClients; ++t) EXPECT_EQ(failures[t], "") << "client " << t;
+}
+
+TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
+  BatcherConfig bc;
+  bc.batch_size = 256;
+  bc.max_delay = 200us;
+  bc.completion_threads = GetParam().completion_threads;
+  bc.launch_when_idle = GetParam().launch_when_idle;
+  bc.answer_rows = 16;
+  concurrent_clients_match_their_models(bc, 150, 1, 40);
+}
+
+// Calls of hundreds of ops: their rows are copied outside the lock, several copiers fill one batch at once,
+// and batches close (full, or on time) while copies are in flight.
+TEST_P(BatcherCompletion, ConcurrentLargeCallsMatchTheirModels) {
+  BatcherConfig bc;
+  bc.batch_size = 2048;
+  bc.max_delay = 100us;
+  bc.completion_threads = GetParam().completion_threads;
+  bc.launch_when_idle = GetParam().launch_when_idle;
+  bc.answer_rows = 64;
+  concurrent_clients_match_their_models(bc, 25, 257, 1500);
 }
 
 }  // namespace
