@@ -302,12 +302,13 @@ void Batcher::submit(Call call) {
       run_stage_work(lock, work);
     }
   }
+  // Under the lock: once it is released, the call may be answered and the batcher drained and destroyed
+  // before this thread runs again.
+  if (wake) queue_changed_.notify_one();
   lock.unlock();
   if (state != nullptr) {  // refused or empty: finish outside the lock
     state->call.done(code, refusal != nullptr ? refusal : "");
-    return;
   }
-  if (wake) queue_changed_.notify_one();
 }
 
 void Batcher::drain() {

@@ -11,7 +11,8 @@
 // Otherwise (no batch free, or calls queued ahead) the call waits in the queue, and the staging thread moves
 // queued calls into the next batch as one frees up. A batch is closed when full (by whichever thread fills
 // it), when its oldest operation has waited max_delay (decide_batch, on the staging thread), or, with
-// launch_when_idle, as soon as the table has nothing else to run. The thread that finishes a closed batch's
+// launch_when_idle, as soon as the table has nothing else to run (by the caller that finds it idle, or by
+// the execution thread when the batch before ends). The thread that finishes a closed batch's
 // last copy hands it to Table::prefetch, so its copy to the GPU overlaps the batch running now. The
 // execution thread only executes: with completion_threads, runs of an executed batch's rows are answered
 // (results written into their calls, done() run for each call whose last row it was) on those threads
