@@ -197,6 +197,39 @@ TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
   EXPECT_EQ(reads.status(1), OpStatus::kNotFound);
 }
 
+// A tier held at max_items under churn (deletes, and as many new keys): its tombstones eat the headroom a
+// full tier keeps EMPTY, where every lookup of an absent key ends. The clean-up must run once they have taken
+// half of it, long before the tombstone share (set high here) would trigger it.
+TEST_P(TableEdgeTest, AFullTierIsCleanedBeforeItsTombstonesFillItsHeadroom) {
+  TableConfig c = config(8, 8, 5000);
+  c.cleanup_tombstones = 0.5;
+  Table table(c);
+  const TableStats empty = table.stats();
+  const std::uint64_t headroom = empty.capacity - empty.max_items;
+  Model model(empty.max_items);
+  Generator gen(12, 8, 8);
+  const auto keys = gen.unique_keys(empty.max_items * 3);
+  std::vector<Op> fill;
+  std::size_t next_key = 0;
+  while (fill.size() < empty.max_items) fill.push_back(put(keys[next_key++], gen.value()));
+  model.run(table, fill);
+  ASSERT_EQ(table.stats().items, empty.max_items);
+  std::size_t oldest = 0;
+  std::uint64_t most_tombstones = 0;
+  for (int round = 0; round < 40 && !HasFatalFailure(); ++round) {
+    std::vector<Op> churn;
+    for (int i = 0; i < 20; ++i) churn.push_back(del(keys[oldest++]));
+    for (int i = 0; i < 20; ++i) churn.push_back(put(keys[next_key++], gen.value()));
+    for (int i = 0; i < 20; ++i) churn.push_back(get(keys[next_key + static_cast<std::size_t>(i)]));  // absent
+    model.run(table, churn);
+    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().tombstones);
+  }
+  const TableStats s = table.stats();
+  EXPECT_GE(s.cleanups, 1u);
+  EXPECT_LE(most_tombstones, headroom / 2 + 20) << "headroom " << headroom;
+  model.check_contents(table);
+}
+
 TEST_P(TableEdgeTest, TombstoneCleanupUnderLoadLosesNothing) {
   TableConfig c = config(8, 8, 5000);
   c.cleanup_tombstones = 0.05;
