@@ -183,7 +183,18 @@ struct Answering {
   unsigned completion_threads;
   bool launch_when_idle;
 };
-class BatcherCompletion : public testing::TestWithParam<Answering> {};
+class BatcherCompletion : public testing::TestWithParam<Answering> {
+ protected:
+  static BatcherConfig answering(std::size_t batch_size, Clock::duration max_delay, std::size_t answer_rows) {
+    BatcherConfig bc;
+    bc.batch_size = batch_size;
+    bc.max_delay = max_delay;
+    bc.completion_threads = GetParam().completion_threads;
+    bc.launch_when_idle = GetParam().launch_when_idle;
+    bc.answer_rows = answer_rows;
+    return bc;
+  }
+};
 INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion,
                          testing::Values(Answering{0, false}, Answering{0, true}, Answering{3, false}, Answering{3, true}),
                          [](const testing::TestParamInfo<Answering>& i) {
@@ -194,13 +205,8 @@ INSTANTIATE_TEST_SUITE_P(Threads, BatcherCompletion,
 
 TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   Table table(cpu_table());
-  BatcherConfig bc;
-  bc.batch_size = 16;
-  bc.max_delay = 1ms;
-  bc.completion_threads = GetParam().completion_threads;
-  bc.launch_when_idle = GetParam().launch_when_idle;
-  bc.answer_rows = 3;  // several threads answer each batch, and a call's batches at once
-  Batcher batcher(table, bc);
+  // Runs of 3 rows: several threads answer each batch, and a call's batches at once.
+  Batcher batcher(table, answering(16, 1ms, 3));
   TestCall puts, gets;
   for (int i = 0; i < 100; ++i) puts.op(OpKind::kPut, "key" + std::to_string(i), "value" + std::to_string(i));
   for (int i = 0; i < 100; ++i) gets.op(OpKind::kGet, "key" + std::to_string(i % 7 == 3 ? 1000 + i : i));
@@ -388,25 +394,13 @@ void concurrent_clients_match_their_models(BatcherConfig bc, int calls_per_clien
 }
 
 TEST_P(BatcherCompletion, ConcurrentClientsMatchTheirModels) {
-  BatcherConfig bc;
-  bc.batch_size = 256;
-  bc.max_delay = 200us;
-  bc.completion_threads = GetParam().completion_threads;
-  bc.launch_when_idle = GetParam().launch_when_idle;
-  bc.answer_rows = 16;
-  concurrent_clients_match_their_models(bc, 150, 1, 40);
+  concurrent_clients_match_their_models(answering(256, 200us, 16), 150, 1, 40);
 }
 
 // Calls of hundreds of ops: their rows are copied outside the lock, several copiers fill one batch at once,
 // and batches close (full, or on time) while copies are in flight.
 TEST_P(BatcherCompletion, ConcurrentLargeCallsMatchTheirModels) {
-  BatcherConfig bc;
-  bc.batch_size = 2048;
-  bc.max_delay = 100us;
-  bc.completion_threads = GetParam().completion_threads;
-  bc.launch_when_idle = GetParam().launch_when_idle;
-  bc.answer_rows = 64;
-  concurrent_clients_match_their_models(bc, 25, 257, 1500);
+  concurrent_clients_match_their_models(answering(2048, 100us, 64), 25, 257, 1500);
 }
 
 }  // namespace
