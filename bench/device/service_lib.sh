@@ -81,4 +81,3 @@ load_then_metrics() {
   load "$@"
   batch_metrics
 }
-

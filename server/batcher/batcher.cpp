@@ -132,8 +132,14 @@ struct CopyCounts {
 
 using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
 
-bool is_get(const CallOps& ops, std::size_t i) {
-  return (ops.kinds.empty() ? ops.kind : static_cast<OpKind>(ops.kinds[i])) == OpKind::kGet;
+// Op i's kind byte (a call without a kinds column has one kind for all); may be out of range: the copy
+// rejects it.
+std::uint8_t kind_at(const CallOps& ops, std::size_t i) {
+  return ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
+}
+bool is_get(std::uint8_t kind) { return kind == static_cast<std::uint8_t>(OpKind::kGet); }
+bool is_write(std::uint8_t kind) {
+  return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
 }
 
 // Packs the GET values, written at fixed slots (the g-th GET at g * width) while the call's batches were
@@ -143,7 +149,7 @@ void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
   if (r.values.empty()) return;
   std::size_t packed = 0;
   for (std::size_t i = 0, g = 0; i < ops.count; ++i) {
-    if (!is_get(ops, i)) continue;
+    if (!is_get(kind_at(ops, i))) continue;
     const std::uint32_t len = r.value_lengths[i];
     if (len != 0 && packed != g * width) std::memmove(r.values.data() + packed, r.values.data() + g * width, len);
     packed += len;
@@ -374,9 +380,9 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
     const CallOps& ops = c.call.ops;
     for (std::size_t i = c.next_op; c.next_op + take < count && i < c.next_op + take; ++i) {
       c.key_offset += ops.key_lengths[i];
-      const auto kind = static_cast<OpKind>(ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : ops.kinds[i]);
-      if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) c.value_offset += ops.value_lengths[c.write_index++];
-      c.get_index += kind == OpKind::kGet;
+      const std::uint8_t kind = kind_at(ops, i);
+      if (is_write(kind)) c.value_offset += ops.value_lengths[c.write_index++];
+      c.get_index += is_get(kind);
     }
     c.next_op += take;
     batch.size += take;
@@ -408,9 +414,9 @@ void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t 
   std::size_t key_offset = s.key_offset, value_offset = s.value_offset, write_index = s.write_index;
   for (std::size_t j = 0; j < s.count; ++j) {
     const std::size_t i = s.first_op + j, row = s.row + j;
-    const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
+    const std::uint8_t kind = kind_at(ops, i);
     const std::uint32_t key_len = ops.key_lengths[i];
-    const bool writes = kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
+    const bool writes = is_write(kind);
     const std::uint32_t value_len = writes ? ops.value_lengths[write_index] : 0;
     const bool valid = kind < kOpKindCount && key_len >= 1 && key_len <= key_width && value_len <= value_width;
     batch.ops[row] = valid ? kind : kRejectedOp;
@@ -418,7 +424,7 @@ void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t 
     if (valid) std::memcpy(batch.keys + row * key_width, ops.keys.data() + key_offset, key_len);
     batch.value_lens[row] = valid ? value_len : 0;
     counts.writes += valid && writes;
-    counts.gets += valid && kind == static_cast<std::uint8_t>(OpKind::kGet);
+    counts.gets += valid && is_get(kind);
     if (valid && value_len != 0) std::memcpy(batch.values + row * value_stride, ops.values.data() + value_offset, value_len);
     key_offset += key_len;
     if (writes) {
@@ -439,8 +445,7 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
   const bool under_lock = rows <= kRowsCopiedUnderLock && work.expired.empty();
   if (!under_lock) lock.unlock();
   for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
-  const bool refused = !work.expired.empty();
-  const std::size_t refused_calls = work.expired.size();
+  const std::size_t refused = work.expired.size();
   work.expired.clear();
   CopyCounts counts;
   Clock::duration copy_time{};
@@ -453,8 +458,8 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
     copy_time = Clock::now() - start;
   }
   if (!under_lock) lock.lock();
-  if (refused) {
-    refusing_ -= refused_calls;
+  if (refused != 0) {
+    refusing_ -= refused;
     idle_.notify_all();
   }
   if (work.batch == nullptr) return;
@@ -602,8 +607,8 @@ void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t 
       for (std::size_t j = 0; j < s.count; ++j) {
         const std::size_t i = s.first_op + j, row = s.row + j;
         const std::uint8_t status = batch.status[row];
-        const std::uint8_t kind = ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
-        if (kind == static_cast<std::uint8_t>(OpKind::kGet)) {
+        const std::uint8_t kind = kind_at(ops, i);
+        if (is_get(kind)) {
           if (status == static_cast<std::uint8_t>(OpStatus::kOk)) {
             const std::uint32_t len = batch.out_value_lens[row];
             std::memcpy(r.values.data() + get * value_width_, batch.out_values + row * value_stride_, len);

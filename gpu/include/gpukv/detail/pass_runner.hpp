@@ -175,11 +175,13 @@ class PassRunner {
   // reach the `step` share of the capacity (in the service's host-tier run of 2026-11-23, the device tier
   // sat at max_items with 5% tombstones while a mixed workload fell from 18.8 to 1.5 M ops/s in four seconds).
   bool crowded(bool in_host) const {
-    const std::uint64_t capacity = in_host ? host_.capacity : table_.capacity;
-    const std::uint64_t max_items = in_host ? host_max_items_ : max_items_;
     const std::uint64_t items = in_host ? known_.host_items : known_.items;
     const std::uint64_t dead = in_host ? known_.host_tombstones : known_.tombstones;
-    return dead != 0 && items + dead >= max_items + (capacity - max_items) / 2;
+    return dead != 0 && items + dead >= (in_host ? host_max_items_ : max_items_) + headroom(in_host) / 2;
+  }
+  // The slots a tier at max_items keeps EMPTY.
+  std::uint64_t headroom(bool in_host) const {
+    return in_host ? host_.capacity - host_max_items_ : table_.capacity - max_items_;
   }
 
   void maybe_cleanup(bool in_host) {
@@ -189,9 +191,7 @@ class PassRunner {
     stats_.cleanups_skipped += 1;
     // Try again once as many more have piled up (a crowded tier: once its headroom has lost another eighth).
     c.next = tombstones(in_host) + c.step;
-    const std::uint64_t capacity = in_host ? host_.capacity : table_.capacity;
-    const std::uint64_t max_items = in_host ? host_max_items_ : max_items_;
-    c.crowded_retry = tombstones(in_host) + std::max<std::uint64_t>(1, (capacity - max_items) / 8);
+    c.crowded_retry = tombstones(in_host) + std::max<std::uint64_t>(1, headroom(in_host) / 8);
   }
 
   bool cleanup_tier(bool in_host) {
