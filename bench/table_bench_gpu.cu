@@ -3,6 +3,7 @@
 // the call: grouping, execution, host round trips). Inputs and outputs stay in GPU memory, as in cuco's
 // bulk API. In the same run it measures the baselines: device-to-device copy bandwidth, random 8-byte reads,
 // and a linear-probing 8B/8B table of the cuco static_map kind (thread per key, 64-bit CAS on the key).
+// --parts=churn holds a full table under deletes and new keys (bench_churn): what its clean-ups cost.
 //
 //   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
 //
@@ -123,6 +124,88 @@ void bench_table(const TableRun& r) {
   const double avg_rate = 0.5 * (fill / best_insert + fill / best_hit);
   std::snprintf(extra, sizeof extra, "efficiency_vs_avg_insert_find=%.2f", (mixed_n / best_mixed) / avg_rate);
   print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
+}
+
+// Churn on a full tier: the table is filled to max_items, then every round deletes the `share` of its
+// keys written longest ago, writes as many new keys, and looks up as many absent keys. Deletes leave
+// tombstones; the keys written after them take EMPTY slots (or reuse a tombstone on their walk), so the
+// EMPTY headroom of the tier shrinks until a clean-up runs (at half the headroom, or at the tombstone share).
+// Lookups of absent keys end only at an EMPTY ticket: they show what a crowded tier costs. Every round is
+// timed whole; rounds in which a clean-up ran are set against those in which none did, so the line gives
+// the churn rate with and without clean-ups and what one clean-up costs.
+void bench_churn(const TableRun& r, double max_load, double share, int rounds) {
+  const std::uint32_t stride = value_stride(r.vw);
+  TableConfig config = table_config(r);
+  config.capacity = r.n;
+  config.max_load_factor = max_load;
+  Table table(config);
+  const TableStats s0 = table.stats();
+  const std::uint64_t full = s0.max_items;
+  const std::uint64_t d = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(share * static_cast<double>(full)));
+  Batch fill(full, r.kw, stride);
+  make_keys<<<kGrid, kBlock>>>(fill.keys.p, fill.key_lens.p, full, r.kw, 0, 5);
+  make_values<<<kGrid, kBlock>>>(fill.values.p, fill.value_lens.p, full, r.vw, stride, 11);
+  fill_ops<<<kGrid, kBlock>>>(fill.ops.p, full, static_cast<std::uint8_t>(OpKind::kPut));
+  CHECK(cudaDeviceSynchronize());
+  table.execute_on_device(fill.in(full), fill.out());
+  expect_status(fill, full, OpStatus::kOk, "churn fill");
+
+  Batch batch(d, r.kw, stride);
+  make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, d, r.vw, stride, 13);
+  Timer timer;
+  double ms_clean = 0, ms_plain = 0;
+  int rounds_clean = 0;
+  std::uint64_t oldest = 0, cleanups = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const std::uint64_t before = table.stats().cleanups;
+    double ms = 0;
+    // Delete the d keys written longest ago (key space 5, ids oldest..oldest+d).
+    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, oldest, 5);
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(OpKind::kDelete));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(d), batch.out());
+    ms += timer.stop_ms();
+    expect_status(batch, d, OpStatus::kOk, "churn delete");
+    // Write d new keys (the ids after the newest).
+    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, oldest + full, 5);
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(OpKind::kPut));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(d), batch.out());
+    ms += timer.stop_ms();
+    expect_status(batch, d, OpStatus::kOk, "churn put");
+    // Look up d keys that were never written (key space 6).
+    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, round * d, 6);
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(OpKind::kGet));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(d), batch.out());
+    ms += timer.stop_ms();
+    expect_status(batch, d, OpStatus::kNotFound, "churn get miss");
+    oldest += d;
+    const std::uint64_t ran = table.stats().cleanups - before;
+    cleanups += ran;
+    if (ran != 0) {
+      ms_clean += ms;
+      rounds_clean += 1;
+    } else {
+      ms_plain += ms;
+    }
+  }
+  const TableStats s = table.stats();
+  const int rounds_plain = rounds - rounds_clean;
+  const double plain_round = rounds_plain != 0 ? ms_plain / rounds_plain : 0.0;
+  const double per_cleanup = cleanups != 0 ? (ms_clean - rounds_clean * plain_round) / static_cast<double>(cleanups) : 0.0;
+  char extra[400];
+  std::snprintf(extra, sizeof extra,
+                "max_load=%.2f share=%.3f rounds=%d cleanups=%llu rounds_plain=%d plain_gops=%.3f cleanup_ms=%.3f "
+                "tombstones_end=%llu items_end=%llu",
+                max_load, share, rounds, static_cast<unsigned long long>(cleanups), rounds_plain,
+                rounds_plain != 0 ? 3.0 * d * rounds_plain / ms_plain / 1e6 : 0.0, per_cleanup,
+                static_cast<unsigned long long>(s.tombstones), static_cast<unsigned long long>(s.items));
+  print_result("churn", describe(r), static_cast<double>(full) / static_cast<double>(s0.capacity), 3 * d * rounds,
+               ms_clean + ms_plain, extra);
 }
 
 // ---- Baselines measured in the same run ----
@@ -291,7 +374,7 @@ int main(int argc, char** argv) {
   const std::vector<double> loads = flags.doubles("loads", "0.5,0.8,0.9,0.95");
   const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 27);
   const int repeats = static_cast<int>(flags.u64("repeats", 3));
-  const std::string parts = flags.str("parts", "hw,lp,table");  // also: switch
+  const std::string parts = flags.str("parts", "hw,lp,table");  // also: switch, churn
   if (parts.find("hw") != std::string::npos) bench_hardware();
   if (parts.find("lp") != std::string::npos) bench_linear_probing(flags.u64("lp_n", n), loads, repeats);
   if (parts.find("switch") != std::string::npos) {
@@ -300,6 +383,15 @@ int main(int argc, char** argv) {
                  static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")), gpukv::LaneMode::kAuto,
                  static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]), 1.0, n, repeats};
       bench_switch(r, repeats);
+    }
+  }
+  if (parts.find("churn") != std::string::npos) {
+    TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
+               static_cast<std::uint32_t>(flags.u64s("tickets", "8")[0]), parse_probing(flags.str("probing", "group")),
+               parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]),
+               1.0, n, repeats};
+    for (double share : flags.doubles("churn_shares", "0.01")) {
+      bench_churn(r, flags.doubles("churn_max_load", "0.95")[0], share, static_cast<int>(flags.u64("churn_rounds", 40)));
     }
   }
   if (parts.find("table") != std::string::npos) {
