@@ -1,5 +1,6 @@
 #include "kv_service.hpp"
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <string>
@@ -16,8 +17,6 @@ static_assert(static_cast<int>(v1::RESULT_INVALID) == static_cast<int>(OpStatus:
 static_assert(static_cast<int>(v1::OP_PUT_IF_ABSENT) == static_cast<int>(OpKind::kPutIfAbsent));
 static_assert(static_cast<int>(v1::OP_DELETE) == static_cast<int>(OpKind::kDelete));
 
-namespace {
-
 grpc::Status status_of(CallCode code, std::string_view message) {
   switch (code) {
     case CallCode::kOk: return grpc::Status::OK;
@@ -27,6 +26,8 @@ grpc::Status status_of(CallCode code, std::string_view message) {
   }
   return {grpc::StatusCode::INTERNAL, "unknown call outcome"};
 }
+
+namespace {
 
 bool is_write(std::uint8_t kind) {
   return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
@@ -118,30 +119,53 @@ void KvService::count(const char* method, const grpc::Status& status) {
   if (on_request_) on_request_(method, status.error_code());
 }
 
-void KvService::run(CallOps ops, CallResults* results, Clock::time_point deadline,
-                    std::function<void(const grpc::Status&)> finish) {
+void KvService::run(CallOps ops, CallResults* results, Clock::time_point deadline, Done done) {
   Batcher* batcher = batcher_.load();
   if (batcher == nullptr) {
-    finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "the server is starting or draining"));
+    done(CallCode::kUnavailable, "the server is starting or draining");
     return;
   }
   Call call;
   call.ops = ops;
   call.results = results;
   call.deadline = deadline;
-  call.done = [finish = std::move(finish)](CallCode code, std::string_view message) { finish(status_of(code, message)); };
+  call.done = std::move(done);
   batcher->submit(std::move(call));
 }
+
+namespace {
+
+// What a unary call keeps until it is answered, in one allocation: its results, the lengths of a single-key
+// call's key and value (the batcher reads them when it copies the call's columns), and how to respond.
+// The batcher's done callback holds only a pointer to it, small enough for std::function to keep inline.
+template <class Respond>
+struct UnaryCall {
+  KvService* service;
+  const char* method;
+  grpc::ServerUnaryReactor* reactor;
+  Respond respond;
+  CallResults results;
+  std::array<std::uint32_t, 2> lengths{};
+};
+
+}  // namespace
 
 template <class Respond>
 grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops,
                                            Respond respond) {
-  auto* reactor = ctx->DefaultReactor();
-  auto results = std::make_shared<CallResults>();
-  run(ops, results.get(), call_deadline(*ctx), [this, method, reactor, results, respond](const grpc::Status& status) {
-    const grpc::Status final_status = status.ok() ? respond(*results) : status;  // respond may move the results out
-    count(method, final_status);  // before Finish: a client that has its answer finds the call counted
-    reactor->Finish(final_status);
+  auto* call = new UnaryCall<Respond>{this, method, ctx->DefaultReactor(), std::move(respond), {}, {}};
+  grpc::ServerUnaryReactor* reactor = call->reactor;
+  if (ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
+    call->lengths = {static_cast<std::uint32_t>(ops.keys.size()), static_cast<std::uint32_t>(ops.values.size())};
+    ops.key_lengths = &call->lengths[0];
+    if (is_write(static_cast<std::uint8_t>(ops.kind))) ops.value_lengths = &call->lengths[1];
+  }
+  run(ops, &call->results, call_deadline(*ctx), [call](CallCode code, std::string_view message) {
+    const std::unique_ptr<UnaryCall<Respond>> owned(call);
+    // respond may move the results out, and may turn an OK into an error (a Put that met a full table)
+    const grpc::Status status = code == CallCode::kOk ? call->respond(call->results) : status_of(code, message);
+    call->service->count(call->method, status);  // before Finish: a client that has its answer finds the call counted
+    call->reactor->Finish(status);
   });
   return reactor;
 }
@@ -169,9 +193,8 @@ grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
     return reject("Get", ctx, e);
   }
-  auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
-  CallOps ops{1, {}, OpKind::kGet, req->key(), len.get(), {}, nullptr};
-  return unary("Get", ctx, ops, [resp, len](CallResults& r) {
+  const CallOps ops{1, {}, OpKind::kGet, req->key(), nullptr, {}, nullptr};
+  return unary("Get", ctx, ops, [resp](CallResults& r) {
     resp->set_found(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     resp->set_value(std::move(r.values));
     return grpc::Status::OK;
@@ -186,10 +209,8 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
   if (!e.empty()) {
     return reject("Put", ctx, e);
   }
-  auto lens = std::make_shared<std::array<std::uint32_t, 2>>(
-      std::array<std::uint32_t, 2>{static_cast<std::uint32_t>(req->key().size()), static_cast<std::uint32_t>(req->value().size())});
-  CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), &(*lens)[0], req->value(), &(*lens)[1]};
-  return unary("Put", ctx, ops, [resp, lens](CallResults& r) {
+  const CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), nullptr, req->value(), nullptr};
+  return unary("Put", ctx, ops, [resp](CallResults& r) {
     const auto s = static_cast<OpStatus>(r.results[0]);
     if (s == OpStatus::kFull) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the table is full");
     resp->set_result(static_cast<v1::Result>(s));
@@ -202,9 +223,8 @@ grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, co
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
     return reject("Delete", ctx, e);
   }
-  auto len = std::make_shared<std::uint32_t>(static_cast<std::uint32_t>(req->key().size()));
-  CallOps ops{1, {}, OpKind::kDelete, req->key(), len.get(), {}, nullptr};
-  return unary("Delete", ctx, ops, [resp, len](CallResults& r) {
+  const CallOps ops{1, {}, OpKind::kDelete, req->key(), nullptr, {}, nullptr};
+  return unary("Delete", ctx, ops, [resp](CallResults& r) {
     resp->set_deleted(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     return grpc::Status::OK;
   });
@@ -339,7 +359,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       respond(item);
       return;
     }
-    service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](const grpc::Status& status) {
+    service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](CallCode code, std::string_view message) {
+      const grpc::Status status = status_of(code, message);
       service_.count("Stream", status);
       if (status.ok()) {
         item->response.set_results(std::move(item->results.results));

@@ -39,10 +39,12 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
 
-  // Submits packed columns; `finish` runs once with the batcher's status (results filled when OK). `finish`
-  // counts the call, with the status the call ends with (a unary Put that meets a full table ends
-  // RESOURCE_EXHAUSTED although its batch ran), before it finishes it. Public for the stream reactor.
-  void run(CallOps ops, CallResults* results, Clock::time_point deadline, std::function<void(const grpc::Status&)> finish);
+  // Submits packed columns; `done` runs once with the batcher's outcome (results filled when kOk), or with
+  // kUnavailable when no batcher is attached. `done` counts the call, with the status the call ends with (a
+  // unary Put that meets a full table ends RESOURCE_EXHAUSTED although its batch ran), before it finishes
+  // it. Public for the stream reactor.
+  using Done = std::function<void(CallCode code, std::string_view message)>;
+  void run(CallOps ops, CallResults* results, Clock::time_point deadline, Done done);
   // Counts one finished call for the metrics (on_request).
   void count(const char* method, const grpc::Status& status);
 
@@ -52,6 +54,8 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
  private:
   // Finishes a call with INVALID_ARGUMENT (and counts it).
   grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
+  // Submits a unary call; respond(results) fills the response and gives the call's status. A single-key
+  // call passes null length columns: the call keeps its key's and value's lengths.
   template <class Respond>
   grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, Respond respond);
 
@@ -63,6 +67,9 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   std::mutex stats_mutex_;  // guards the snapshot below
   v1::StatsResponse stats_;
 };
+
+// The gRPC status of a batcher outcome.
+grpc::Status status_of(CallCode code, std::string_view message);
 
 // Steady-clock deadline of a call (time_point::max() when it has none).
 Clock::time_point call_deadline(const grpc::CallbackServerContext& ctx);

@@ -1,6 +1,8 @@
 #include "metrics.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 
 namespace gpukv::server {
 namespace {
@@ -21,17 +23,23 @@ double seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 
 }  // namespace
 
-const char* status_code_name(grpc::StatusCode code) {
+std::size_t status_code_index(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    default: return "OTHER";
+    case grpc::StatusCode::OK: return 0;
+    case grpc::StatusCode::CANCELLED: return 1;
+    case grpc::StatusCode::INVALID_ARGUMENT: return 2;
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return 3;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return 4;
+    case grpc::StatusCode::UNAVAILABLE: return 5;
+    case grpc::StatusCode::INTERNAL: return 6;
+    default: return 7;
   }
+}
+
+const char* status_code_name(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+                                           "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "OTHER"};
+  return kNames[status_code_index(code)];
 }
 
 Metrics::Metrics(const std::string& address)
@@ -92,7 +100,19 @@ int Metrics::port() const {
 }
 
 void Metrics::on_request(const char* method, grpc::StatusCode code) {
-  requests_.Add({{"method", method}, {"code", status_code_name(code)}}).Increment();
+  const std::size_t m = static_cast<std::size_t>(
+      std::find_if(kMethods.begin(), kMethods.end(), [&](const char* name) { return std::strcmp(name, method) == 0; }) - kMethods.begin());
+  if (m == kMethods.size()) {  // not a method of the service: look it up each time
+    requests_.Add({{"method", method}, {"code", status_code_name(code)}}).Increment();
+    return;
+  }
+  std::atomic<prometheus::Counter*>& slot = request_counters_[m][status_code_index(code)];
+  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+  if (counter == nullptr) {  // two threads may both look it up: Add gives both the same counter
+    counter = &requests_.Add({{"method", method}, {"code", status_code_name(code)}});
+    slot.store(counter, std::memory_order_release);
+  }
+  counter->Increment();
 }
 
 void Metrics::on_batch(const BatchReport& report, const TableStats& table, std::size_t queued_ops) {

@@ -10,6 +10,8 @@
 
 #include <grpcpp/support/status.h>
 
+#include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,6 +33,11 @@ class Metrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& requests_;
+  // requests_'s counters, found once per method and status: Family::Add builds a label map and takes the
+  // family's lock, and on_request runs for every call.
+  static constexpr std::array<const char*, 8> kMethods{"Get", "Put", "Delete", "BatchGet", "BatchPut", "BatchDelete", "Stream", "Stats"};
+  static constexpr std::size_t kStatusNames = 8;  // the names status_code_name gives
+  std::array<std::array<std::atomic<prometheus::Counter*>, kStatusNames>, kMethods.size()> request_counters_{};
   prometheus::Family<prometheus::Counter>& operations_;
   prometheus::Counter& batches_;
   prometheus::Histogram& batch_size_;
@@ -53,5 +60,7 @@ class Metrics {
 };
 
 const char* status_code_name(grpc::StatusCode code);
+// The position of status_code_name(code) among the names it gives (0 .. 7).
+std::size_t status_code_index(grpc::StatusCode code);
 
 }  // namespace gpukv::server

@@ -17,6 +17,13 @@ def _returns_of(source, signature):
     return set(re.findall(r'return "([A-Z_]+)";', source[start:end]))
 
 
+def _names_in(source, signature):
+    """The upper-case string literals in the C++ function starting at `signature` (a table of names)."""
+    start = source.index(signature)
+    end = source.index("\n}", start)
+    return set(re.findall(r'"([A-Z_]+)"', source[start:end]))
+
+
 def exported():
     """{metric name: {label: allowed values or None for any}} as the server registers them."""
     metrics_cpp = read("server", "service", "metrics.cpp")
@@ -29,7 +36,7 @@ def exported():
     labels = {
         ("gpukv_operations_total", "kind"): _returns_of(table_cpp, "const char* to_string(OpKind"),
         ("gpukv_operations_total", "result"): _returns_of(table_cpp, "const char* to_string(OpStatus"),
-        ("gpukv_requests_total", "code"): _returns_of(metrics_cpp, "const char* status_code_name("),
+        ("gpukv_requests_total", "code"): _names_in(metrics_cpp, "const char* status_code_name("),
         ("gpukv_requests_total", "method"): None,
         ("gpukv_items", "tier"): tiers,
         ("gpukv_capacity_slots", "tier"): tiers,
