@@ -371,6 +371,19 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
       queue_.pop_front();
       continue;
     }
+    if (c.expired) {
+      // Its first batch closed after its deadline (a call that spans batches fills its first one, which
+      // closes in the reservation that took its first rows): the rest of it takes no rows. Whoever answers
+      // its last reserved rows completes it; here, if they have all been answered already.
+      queued_ops_ -= count - c.next_op;
+      CallState* state = queue_.front().release();
+      queue_.pop_front();
+      if (state->unanswered.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        ++refusing_;
+        work.expired.emplace_back(state);
+      }
+      continue;
+    }
     if (batch.size == 0) batch.oldest = c.arrived;
     const std::size_t take = std::min(count - c.next_op, config_.batch_size - batch.size);
     batch.segments.push_back(
