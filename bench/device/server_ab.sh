@@ -24,9 +24,9 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     load_then_metrics $t --mode=unary --callers=128 --get=1 --put=0
     load_then_metrics $t --mode=batch --batch=1000 --callers=32 --get=1 --put=0
     load_then_metrics $t --mode=batch --batch=10000 --callers=16 --get=1 --put=0
-    cpu_of "$name-batch1000" load_split 4 $t --mode=batch --batch=1000 --callers=8 --get=1 --put=0
+    cpu_of "$name-batch1000" load $t --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
     batch_metrics
-    cpu_of "$name-batch10000" load_split 4 $t --mode=batch --batch=10000 --callers=4 --get=1 --put=0
+    cpu_of "$name-batch10000" load $t --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
     batch_metrics
     kill -TERM "$server"
     wait "$server"

@@ -34,13 +34,14 @@ if serve 50093 --capacity=67108864 --key_width=16 --value_width=8 --completion_t
   wait $server
 fi
 
-# The same server driven by four load generators at once, with as many callers in all as the lines above.
+# The same server driven by four load processes at once (gpukv-load --processes=4), with as many callers in
+# all as the lines above.
 if serve 50095 --capacity=67108864 --key_width=16 --value_width=8; then
   t=--target=127.0.0.1:50095
   echo "# four gpukv-load processes" | tee -a "$log"
   load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=0 --put=1
-  cpu_of gpukv-batch1000 load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
-  cpu_of gpukv-batch10000 load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
+  cpu_of gpukv-batch1000 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
+  cpu_of gpukv-batch10000 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
   kill -TERM $server
   wait $server
 fi
@@ -57,8 +58,8 @@ load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
 load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
 echo "# transport_ceiling_server, four gpukv-load processes" | tee -a "$log"
-cpu_of ceiling-batch1000 load_split 4 $t --keys=16000000 --mode=batch --batch=1000 --callers=8 --get=1 --put=0
-cpu_of ceiling-batch10000 load_split 4 $t --keys=16000000 --mode=batch --batch=10000 --callers=4 --get=1 --put=0
+cpu_of ceiling-batch1000 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
+cpu_of ceiling-batch10000 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
 kill -TERM $server
 wait $server
 

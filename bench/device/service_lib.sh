@@ -27,22 +27,6 @@ serve() {
   return 1
 }
 load() { "$bundle/bin/gpukv-load" --seconds="$secs" "$@" 2>&1 | grep -E 'RESULT|error|Error' | tee -a "$log"; }
-# load_split <n> <flags...>: n gpukv-load processes at once, each with the flags (--callers is per process);
-# prints each one's RESULT line and their sum. One process's callbacks run on one gRPC client's threads, so
-# several show whether the server or the client is the limit.
-load_split() {
-  local n=$1 i pids=()
-  shift
-  for i in $(seq 1 "$n"); do
-    "$bundle/bin/gpukv-load" --seconds="$secs" "$@" >"$out/split.$i" 2>/dev/null &
-    pids+=($!)
-  done
-  wait "${pids[@]}"  # not a bare wait: the server runs in the background too
-  cat "$out"/split.* | grep RESULT | tee -a "$log" |
-    awk -v n="$n" '{for (i = 1; i <= NF; i++) if ($i ~ /^keys_per_s=/) {split($i, kv, "="); s += kv[2]}}
-                   END {printf "RESULT split processes=%d keys_per_s=%.0f\n", n, s}' | tee -a "$log"
-  rm -f "$out"/split.*
-}
 # Per-thread CPU time of the latest server, as "tid name nanoseconds" (schedstat's first field).
 thread_ns() {
   local t

@@ -135,8 +135,8 @@ void stream(const Settings& s, Totals& totals, client::Client& client, Workload&
 void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
   if (s.mode != Mode::kStream) {
     std::vector<std::unique_ptr<ChainedCaller>> callers;
-    std::latch running(s.callers);
-    for (std::uint32_t id = 0; id < s.callers; ++id) {
+    std::latch running(s.own_callers);
+    for (std::uint32_t id = s.first_caller; id < s.first_caller + s.own_callers; ++id) {
       callers.push_back(std::make_unique<ChainedCaller>(s, totals, id, end, running));
     }
     for (auto& c : callers) c->start();
@@ -144,7 +144,7 @@ void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
     return;
   }
   std::vector<std::thread> threads;
-  for (std::uint32_t id = 0; id < s.callers; ++id) {
+  for (std::uint32_t id = s.first_caller; id < s.first_caller + s.own_callers; ++id) {
     threads.emplace_back([&, id] {
       client::Client client(s.client);
       Workload work(s.mix, id * 7919 + 1);

@@ -10,6 +10,8 @@
 // flight. With --rate=N it is open-loop: N ops/s arrive (N / --batch calls or groups per second in batch
 // and stream modes; Poisson or fixed gaps), latency is measured from each arrival's intended time, at most
 // --max_outstanding calls are in flight and arrivals beyond that are dropped and counted (load.hpp).
+// --processes=N splits the callers over N processes (one gRPC client each: a single client's callback
+// threads can be the limit before the server is), all counting into one set of counters in shared memory.
 // Prints a progress line every second (stderr), then one RESULT line (stdout): rates, the latency
 // percentiles of calls (or groups), errors, and for open loop the target, dropped and late arrivals.
 #include <absl/flags/flag.h>
@@ -17,9 +19,16 @@
 #include <absl/flags/usage.h>
 #include <absl/synchronization/mutex.h>
 
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "load.hpp"
 
@@ -27,7 +36,8 @@ ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
 ABSL_FLAG(std::string, mode, "unary", "unary, batch or stream");
 ABSL_FLAG(std::uint32_t, batch, 100, "keys per batch call or per stream group");
 ABSL_FLAG(std::uint32_t, depth, 4, "closed loop, stream mode: groups in flight per stream");
-ABSL_FLAG(std::uint32_t, callers, 16, "concurrent callers, each with its own channel (and stream)");
+ABSL_FLAG(std::uint32_t, callers, 16, "concurrent callers, each with its own channel (and stream), over all processes");
+ABSL_FLAG(std::uint32_t, processes, 1, "load processes the callers are split over (each its own gRPC client)");
 ABSL_FLAG(double, seconds, 10, "run time");
 ABSL_FLAG(std::uint64_t, keys, 1000000, "key space");
 ABSL_FLAG(std::string, distribution, "uniform", "uniform or zipf");
@@ -63,6 +73,7 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   s.batch = absl::GetFlag(FLAGS_batch);
   s.depth = absl::GetFlag(FLAGS_depth);
   s.callers = absl::GetFlag(FLAGS_callers);
+  s.own_callers = s.callers;
   const double seconds = absl::GetFlag(FLAGS_seconds);
   s.duration = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   s.mix.keys = absl::GetFlag(FLAGS_keys);
@@ -79,11 +90,12 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   if (!(seconds > 0)) return "--seconds must be positive";
   if (s.mix.get < 0 || s.mix.put < 0 || s.mix.get + s.mix.put > 1) return "--get and --put must be shares adding up to at most 1";
   if (!(s.rate >= 0)) return "--rate must be 0 (closed loop) or a positive rate";
+  if (absl::GetFlag(FLAGS_processes) == 0 || absl::GetFlag(FLAGS_processes) > s.callers) return "--processes must be 1..--callers";
   if (s.rate > 0 && s.max_outstanding < s.callers) return "--max_outstanding must be at least --callers (each caller needs one)";
   return {};
 }
 
-void progress(const gpukv::load::Settings& s, gpukv::load::Totals& t, Clock::time_point start, Clock::time_point end) {
+void progress(const gpukv::load::Settings& s, const gpukv::load::Counters& t, Clock::time_point start, Clock::time_point end) {
   std::uint64_t last_keys = 0;
   for (auto tick = start + std::chrono::seconds(1); tick < end; tick += std::chrono::seconds(1)) {
     std::this_thread::sleep_until(tick);
@@ -114,10 +126,39 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpukv-load: %s\n", error.c_str());
     return 2;
   }
-  gpukv::load::Totals totals;
-  const auto start = Clock::now();
+  const std::uint32_t processes = absl::GetFlag(FLAGS_processes);
+  // The counters every process records into: shared memory when there are several. Mapped, and the other
+  // processes forked, before anything starts gRPC.
+  void* shared = mmap(nullptr, sizeof(gpukv::load::Counters), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) {
+    std::perror("gpukv-load: mmap");
+    return 2;
+  }
+  auto* counters = new (shared) gpukv::load::Counters();
+  const auto start = Clock::now();  // steady_clock is the system's monotonic clock: one timeline for all processes
   const auto end = start + s.duration;
-  std::thread reporter(progress, std::cref(s), std::ref(totals), start, end);
+  // Process p runs callers [p * callers / processes, (p + 1) * callers / processes); this one is process 0.
+  std::vector<pid_t> children;
+  std::uint32_t process = 0;
+  for (std::uint32_t p = 1; p < processes; ++p) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("gpukv-load: fork");
+      return 2;
+    }
+    if (pid == 0) {
+      process = p;
+      children.clear();
+      break;
+    }
+    children.push_back(pid);
+  }
+  s.first_caller = process * s.callers / processes;
+  s.own_callers = (process + 1) * s.callers / processes - s.first_caller;
+  gpukv::load::Totals totals(*counters);
+  std::thread reporter;
+  if (process == 0) reporter = std::thread(progress, std::cref(s), std::cref(*counters), start, end);
+  int code = 0;
   try {
     if (s.rate > 0) {
       gpukv::load::run_open_loop(s, totals, start, end);
@@ -126,34 +167,46 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {  // a bad TLS file, say
     std::fprintf(stderr, "gpukv-load: %s\n", e.what());
-    reporter.join();
-    return 2;
+    code = 2;
+  }
+  if (!totals.first_error.empty()) {
+    std::fprintf(stderr, "gpukv-load: process %u: first failed call: %s\n", process, totals.first_error.c_str());
+  }
+  if (process != 0) {  // the first process reports for all
+    std::fflush(nullptr);
+    std::_Exit(code);
   }
   reporter.join();
+  for (const pid_t child : children) {
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) == 2) code = 2;
+  }
+  if (code == 2) return 2;
+  const gpukv::load::Counters& c = *counters;
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   const double window = std::chrono::duration<double>(s.duration).count();
   const auto u = [](const std::atomic<std::uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
   const char* mode = s.mode == Mode::kUnary ? "unary" : s.mode == Mode::kBatch ? "batch" : "stream";
-  std::printf("RESULT load mode=%s batch=%u callers=%u distribution=%s keys_per_s=%.0f calls_per_s=%.0f p50_us=%.0f p99_us=%.0f "
-              "p999_us=%.0f errors=%llu full_ops=%llu",
-              mode, s.keys_per_call(), s.callers, s.mix.zipf ? "zipf" : "uniform", static_cast<double>(totals.keys.load()) / elapsed,
-              static_cast<double>(totals.calls.load()) / elapsed, totals.latency.percentile_us(0.5),
-              totals.latency.percentile_us(0.99), totals.latency.percentile_us(0.999), u(totals.errors), u(totals.full_ops));
+  std::printf("RESULT load mode=%s batch=%u callers=%u processes=%u distribution=%s keys_per_s=%.0f calls_per_s=%.0f p50_us=%.0f p99_us=%.0f "
+              "p999_us=%.0f errors=%llu full_ops=%llu total_calls=%llu total_keys=%llu",
+              mode, s.keys_per_call(), s.callers, processes, s.mix.zipf ? "zipf" : "uniform", static_cast<double>(c.keys.load()) / elapsed,
+              static_cast<double>(c.calls.load()) / elapsed, c.latency.percentile_us(0.5),
+              c.latency.percentile_us(0.99), c.latency.percentile_us(0.999), u(c.errors), u(c.full_ops), u(c.calls), u(c.keys));
   if (s.rate > 0) {
     std::printf(" loop=open arrivals=%s target_keys_per_s=%.0f sent_keys_per_s=%.0f dropped=%llu late=%llu max_outstanding=%u\n",
-                s.poisson ? "poisson" : "fixed", s.rate, static_cast<double>(totals.sent_keys.load()) / window, u(totals.dropped),
-                u(totals.late), s.max_outstanding);
+                s.poisson ? "poisson" : "fixed", s.rate, static_cast<double>(c.sent_keys.load()) / window, u(c.dropped),
+                u(c.late), s.max_outstanding);
   } else {
     std::printf(" loop=closed depth=%u\n", s.mode == Mode::kStream ? s.depth : 1);
   }
-  if (totals.dropped.load() > 0) {
+  if (c.dropped.load() > 0) {
     std::fprintf(stderr, "gpukv-load: %llu arrivals dropped: %u calls were already in flight (--max_outstanding); the server did not keep up with --rate\n",
-                 u(totals.dropped), s.max_outstanding);
+                 u(c.dropped), s.max_outstanding);
   }
-  if (totals.late.load() > 0) {
+  if (c.late.load() > 0) {
     std::fprintf(stderr, "gpukv-load: %llu arrivals sent more than %lld us after their time (this machine fell behind the schedule; latencies include the delay)\n",
-                 u(totals.late), static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(s.late_after).count()));
+                 u(c.late), static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(s.late_after).count()));
   }
-  if (totals.errors.load() > 0) std::fprintf(stderr, "gpukv-load: %llu calls failed; the first: %s\n", u(totals.errors), totals.first_error.c_str());
-  return totals.errors.load() == 0 ? 0 : 1;
+  if (c.errors.load() > 0) std::fprintf(stderr, "gpukv-load: %llu calls failed\n", u(c.errors));
+  return c.errors.load() == 0 ? 0 : 1;
 }

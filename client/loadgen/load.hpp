@@ -30,6 +30,10 @@ struct Settings {
   std::uint32_t batch = 100;      // keys per batch call or per stream group
   std::uint32_t depth = 4;        // closed loop, stream mode: groups in flight per stream
   std::uint32_t callers = 16;     // concurrent callers, each with its own channel (and stream)
+  // The callers this process runs: ids first_caller .. first_caller + own_callers - 1 of `callers` (several
+  // load processes split them). Rates and bounds are per caller, so the processes add up to the settings.
+  std::uint32_t first_caller = 0;
+  std::uint32_t own_callers = 16;
   Clock::duration duration = std::chrono::seconds(10);
   Mix mix;
   std::string value;              // the value every write carries
@@ -42,7 +46,9 @@ struct Settings {
   std::uint32_t keys_per_call() const { return mode == Mode::kUnary ? 1 : batch; }
 };
 
-struct Totals {
+// What a run counts: lock-free atomics and no pointers, so that it can live in memory shared by several
+// load processes (--processes), all recording into the one copy.
+struct Counters {
   // Completed calls (a stream group counts as a call).
   std::atomic<std::uint64_t> keys{0}, calls{0}, errors{0};
   std::atomic<std::uint64_t> full_ops{0};      // ops answered RESULT_FULL (table full, or a refused group)
@@ -50,24 +56,32 @@ struct Totals {
   std::atomic<std::uint64_t> sent_keys{0}, sent_calls{0}, dropped{0}, late{0};
   std::atomic<std::int64_t> outstanding{0};
   LatencyHistogram latency;
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "Counters are shared between processes");
+
+// One process's view of a run: the counters (its own, or shared with the other load processes) and the
+// first failure it met.
+struct Totals {
+  explicit Totals(Counters& c) : counts(c) {}
 
   void record(Clock::time_point from, std::uint64_t call_keys, const grpc::Status& status, std::uint64_t full = 0) {
-    latency.record(Clock::now() - from);
-    keys.fetch_add(call_keys, std::memory_order_relaxed);
-    calls.fetch_add(1, std::memory_order_relaxed);
-    full_ops.fetch_add(full, std::memory_order_relaxed);
+    counts.latency.record(Clock::now() - from);
+    counts.keys.fetch_add(call_keys, std::memory_order_relaxed);
+    counts.calls.fetch_add(1, std::memory_order_relaxed);
+    counts.full_ops.fetch_add(full, std::memory_order_relaxed);
     if (!status.ok()) error(status);
   }
 
   // Counts a failed call and keeps the first failure's message for the report.
   void error(const grpc::Status& status) {
-    errors.fetch_add(1, std::memory_order_relaxed);
+    counts.errors.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard lock(mutex);
     if (first_error.empty()) {
       first_error = std::string(client::status_code_name(status.error_code())) + ": " + status.error_message();
     }
   }
 
+  Counters& counts;
   std::mutex mutex;          // guards first_error
   std::string first_error;
 };

@@ -40,10 +40,10 @@ class OpenLoopCaller {
     for (; next < end_; next += gap()) {
       if (next > Clock::now()) std::this_thread::sleep_until(next);
       if (in_flight_.load(std::memory_order_relaxed) >= bound_) {
-        totals_.dropped.fetch_add(1, std::memory_order_relaxed);
+        totals_.counts.dropped.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      if (Clock::now() - next > s_.late_after) totals_.late.fetch_add(1, std::memory_order_relaxed);
+      if (Clock::now() - next > s_.late_after) totals_.counts.late.fetch_add(1, std::memory_order_relaxed);
       send(next);
     }
     if (stream_) close_stream();
@@ -142,12 +142,12 @@ class OpenLoopCaller {
     end_call();
     group_.clear();
     if (sent.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {  // not below the bound, but never silently
-      totals_.dropped.fetch_add(1, std::memory_order_relaxed);
+      totals_.counts.dropped.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     // The stream has ended (its deadline, or the server went away): this arrival fails, the next one gets a
     // new stream.
-    totals_.calls.fetch_add(1, std::memory_order_relaxed);
+    totals_.counts.calls.fetch_add(1, std::memory_order_relaxed);
     totals_.error(sent);
     close_stream();
     open_stream();
@@ -156,15 +156,15 @@ class OpenLoopCaller {
   // Before a call starts (its callback may run at once, and must find itself counted).
   void begin() {
     in_flight_.fetch_add(1, std::memory_order_relaxed);
-    totals_.outstanding.fetch_add(1, std::memory_order_relaxed);
+    totals_.counts.outstanding.fetch_add(1, std::memory_order_relaxed);
   }
   void sent_one() {
-    totals_.sent_calls.fetch_add(1, std::memory_order_relaxed);
-    totals_.sent_keys.fetch_add(s_.keys_per_call(), std::memory_order_relaxed);
+    totals_.counts.sent_calls.fetch_add(1, std::memory_order_relaxed);
+    totals_.counts.sent_keys.fetch_add(s_.keys_per_call(), std::memory_order_relaxed);
   }
   // The last touch of this object by a callback: run() waits for in_flight_ to reach zero before returning.
   void end_call() {
-    totals_.outstanding.fetch_sub(1, std::memory_order_relaxed);
+    totals_.counts.outstanding.fetch_sub(1, std::memory_order_relaxed);
     in_flight_.fetch_sub(1, std::memory_order_release);
   }
 
@@ -192,7 +192,7 @@ class OpenLoopCaller {
 
 void run_open_loop(const Settings& s, Totals& totals, Clock::time_point start, Clock::time_point end) {
   std::vector<std::thread> threads;
-  for (std::uint32_t id = 0; id < s.callers; ++id) {
+  for (std::uint32_t id = s.first_caller; id < s.first_caller + s.own_callers; ++id) {
     threads.emplace_back([&, id] { OpenLoopCaller(s, totals, id, start, end).run(); });
   }
   for (auto& t : threads) t.join();

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from test_server_e2e import ROOT, Server
+from test_server_e2e import ROOT, Server, kv_pb2
 
 CLI = os.environ.get("GPUKV_CLI", os.path.join(ROOT, "build", "client", "gpukv"))
 LOAD = os.environ.get("GPUKV_LOAD", os.path.join(ROOT, "build", "client", "gpukv-load"))
@@ -76,11 +76,31 @@ def test_closed_loop_stream_mode_uses_the_stream(server):
     assert r["loop"] == "closed" and r["depth"] == "3" and float(r["keys_per_s"]) > 0
 
 
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_load_processes_count_into_one_report(mode):
+    # Three processes split six callers; every key any of them sent must be in the one RESULT line, which
+    # the server's own operation count checks (a fresh server: nothing else ran on it).
+    s = Server("--capacity=200000", "--key_width=16", "--value_width=16")
+    try:
+        code, r, err = load(s, f"--mode={mode}", "--batch=40", "--callers=6", "--processes=3", "--seconds=2.2",
+                            "--get=0.5", "--put=0.5")
+        stats = s.stub.Stats(kv_pb2.StatsRequest(), timeout=10)
+    finally:
+        s.stop()
+    assert code == 0, err
+    assert r["processes"] == "3" and r["callers"] == "6" and int(r["errors"]) == 0, r
+    assert int(r["total_keys"]) == int(r["total_calls"]) * 40 > 0, r
+    assert stats.operations == int(r["total_keys"]), (stats, r)
+    assert err.count("progress 1s:") == 1 and err.count("progress 2s:") == 1, err  # the first process reports for all
+
+
 @pytest.mark.parametrize("flag,message", [
     ("--mode=bogus", "--mode must be"),
     ("--arrivals=bursty", "--arrivals must be"),
     ("--rate=-5", "--rate must be"),
     ("--get=0.9", "--get and --put"),
+    ("--processes=0", "--processes must be"),
+    ("--processes=17", "--processes must be"),  # more than the 16 callers
 ])
 def test_load_refuses_bad_flags(flag, message):
     run = subprocess.run([LOAD, flag, "--seconds=1"], capture_output=True, text=True, timeout=30)
