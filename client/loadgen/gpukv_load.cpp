@@ -20,9 +20,11 @@
 #include <absl/synchronization/mutex.h>
 
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
@@ -144,17 +146,21 @@ int main(int argc, char** argv) {
     const pid_t pid = fork();
     if (pid < 0) {
       std::perror("gpukv-load: fork");
+      for (const pid_t child : children) kill(child, SIGTERM);
+      for (const pid_t child : children) waitpid(child, nullptr, 0);
       return 2;
     }
     if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // no load left running if the first process dies
       process = p;
       children.clear();
       break;
     }
     children.push_back(pid);
   }
-  s.first_caller = process * s.callers / processes;
-  s.own_callers = (process + 1) * s.callers / processes - s.first_caller;
+  const auto caller_at = [&](std::uint64_t p) { return static_cast<std::uint32_t>(p * s.callers / processes); };
+  s.first_caller = caller_at(process);
+  s.own_callers = caller_at(process + 1) - s.first_caller;
   gpukv::load::Totals totals(*counters);
   std::thread reporter;
   if (process == 0) reporter = std::thread(progress, std::cref(s), std::cref(*counters), start, end);
@@ -169,6 +175,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpukv-load: %s\n", e.what());
     code = 2;
   }
+  // The run ends when the last process's calls have finished (not when the children have exited).
+  const std::int64_t finished = (Clock::now() - start).count();
+  for (std::int64_t latest = counters->finished.load(); latest < finished && !counters->finished.compare_exchange_weak(latest, finished);) {
+  }
   if (!totals.first_error.empty()) {
     std::fprintf(stderr, "gpukv-load: process %u: first failed call: %s\n", process, totals.first_error.c_str());
   }
@@ -179,11 +189,11 @@ int main(int argc, char** argv) {
   reporter.join();
   for (const pid_t child : children) {
     int status = 0;
-    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) == 2) code = 2;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) code = 2;
   }
   if (code == 2) return 2;
   const gpukv::load::Counters& c = *counters;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  const double elapsed = std::chrono::duration<double>(Clock::duration(c.finished.load())).count();
   const double window = std::chrono::duration<double>(s.duration).count();
   const auto u = [](const std::atomic<std::uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
   const char* mode = s.mode == Mode::kUnary ? "unary" : s.mode == Mode::kBatch ? "batch" : "stream";

@@ -55,6 +55,7 @@ struct Counters {
   // Open loop: arrivals sent, dropped at the outstanding bound, and sent late (the sender fell behind).
   std::atomic<std::uint64_t> sent_keys{0}, sent_calls{0}, dropped{0}, late{0};
   std::atomic<std::int64_t> outstanding{0};
+  std::atomic<std::int64_t> finished{0};       // when the last process's calls had all finished: Clock ticks from the start
   LatencyHistogram latency;
 };
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "Counters are shared between processes");

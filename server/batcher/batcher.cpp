@@ -30,9 +30,10 @@ struct Batcher::CallState {
   std::size_t value_offset = 0;
   std::size_t write_index = 0;
   std::size_t get_index = 0;  // GETs before next_op: where its next GET's value slot is
-  // Segments not yet answered, plus one until its last op has a row. Whoever answers the last one
-  // completes the call (answers it and deletes this state): a call spanning batches may be answered on
-  // several threads at once, and is completed once, after all its results are written.
+  // Segments not yet answered, plus one until its last op has a row (or the rest of an expired call is
+  // dropped). Whoever brings it to zero completes the call (answers it and deletes this state): a call
+  // spanning batches may be answered on several threads at once, and is completed once, after all its
+  // results are written.
   std::atomic<std::size_t> unanswered{1};
   // Its deadline passed before its first batch closed (set under the lock when a batch closes): none of its
   // rows run, and it is answered DEADLINE_EXCEEDED.
@@ -215,15 +216,10 @@ Batcher::StagedBatch* Batcher::close_filling() {
   StagedBatch* batch = filling_;
   batch->closed = true;
   // A call counts as queued until its first batch closes: if its deadline has passed by then, none of it
-  // runs. Batches close one at a time and in order, so a call's later batches see the flag.
+  // runs (and reserve_queued gives the rest of such a call no rows).
   const Clock::time_point now = Clock::now();
   for (Segment& s : batch->segments) {
-    if (s.first_op == 0) {
-      s.expired = now > s.deadline;
-      if (s.expired) s.call->expired = true;
-    } else {
-      s.expired = s.call->expired;  // a call going on from the batch before: only the first segment
-    }
+    if (s.first_op == 0 && now > s.deadline) s.expired = s.call->expired = true;
   }
   closed_.push_back(batch);
   filling_ = nullptr;

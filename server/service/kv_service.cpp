@@ -155,7 +155,7 @@ grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackSer
                                            Respond respond) {
   auto* call = new UnaryCall<Respond>{this, method, ctx->DefaultReactor(), std::move(respond), {}, {}};
   grpc::ServerUnaryReactor* reactor = call->reactor;
-  if (ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
+  if (ops.count == 1 && ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
     call->lengths = {static_cast<std::uint32_t>(ops.keys.size()), static_cast<std::uint32_t>(ops.values.size())};
     ops.key_lengths = &call->lengths[0];
     if (is_write(static_cast<std::uint8_t>(ops.kind))) ops.value_lengths = &call->lengths[1];

@@ -55,7 +55,7 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   // Finishes a call with INVALID_ARGUMENT (and counts it).
   grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
   // Submits a unary call; respond(results) fills the response and gives the call's status. A single-key
-  // call passes null length columns: the call keeps its key's and value's lengths.
+  // call (count 1) passes null length columns: the call keeps its key's and value's lengths.
   template <class Respond>
   grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, Respond respond);
 

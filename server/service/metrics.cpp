@@ -39,6 +39,7 @@ std::size_t status_code_index(grpc::StatusCode code) {
 const char* status_code_name(grpc::StatusCode code) {
   static constexpr const char* kNames[] = {"OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
                                            "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "OTHER"};
+  static_assert(std::size(kNames) == Metrics::kStatusNames, "one name per index of status_code_index");
   return kNames[status_code_index(code)];
 }
 

@@ -30,13 +30,15 @@ class Metrics {
   // After each batch: the batch's figures and the table's state.
   void on_batch(const BatchReport& report, const TableStats& table, std::size_t queued_ops);
 
+ public:
+  static constexpr std::size_t kStatusNames = 8;  // the names status_code_name gives
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& requests_;
   // requests_'s counters, found once per method and status: Family::Add builds a label map and takes the
   // family's lock, and on_request runs for every call.
   static constexpr std::array<const char*, 8> kMethods{"Get", "Put", "Delete", "BatchGet", "BatchPut", "BatchDelete", "Stream", "Stats"};
-  static constexpr std::size_t kStatusNames = 8;  // the names status_code_name gives
   std::array<std::array<std::atomic<prometheus::Counter*>, kStatusNames>, kMethods.size()> request_counters_{};
   prometheus::Family<prometheus::Counter>& operations_;
   prometheus::Counter& batches_;

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -84,10 +85,16 @@ def test_load_processes_count_into_one_report(mode):
     try:
         code, r, err = load(s, f"--mode={mode}", "--batch=40", "--callers=6", "--processes=3", "--seconds=2.2",
                             "--get=0.5", "--put=0.5")
-        stats = s.stub.Stats(kv_pb2.StatsRequest(), timeout=10)
+        assert code == 0, err
+        # The server counts a batch's operations after it has answered the batch's calls: wait for the last.
+        deadline = time.monotonic() + 5
+        while True:
+            stats = s.stub.Stats(kv_pb2.StatsRequest(), timeout=10)
+            if stats.operations >= int(r["total_keys"]) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     finally:
         s.stop()
-    assert code == 0, err
     assert r["processes"] == "3" and r["callers"] == "6" and int(r["errors"]) == 0, r
     assert int(r["total_keys"]) == int(r["total_calls"]) * 40 > 0, r
     assert stats.operations == int(r["total_keys"]), (stats, r)
