@@ -2,7 +2,8 @@
 # The service beside Redis on this machine, same workload shapes, one run: unpipelined single keys, batches
 # of 100 and 1000 keys (Redis MGET/MSET of 100), pipelined / streamed groups of 64. Both servers and their
 # load tools share the machine's cores. Then the same gpukv-load lines against transport_ceiling_server (the
-# API with no table: what gRPC itself allows here). Writes the raw output to
+# API with no table: what gRPC itself allows here), and the unary and batch lines against it once more with
+# calls answered from another thread as gpukv-server answers them (--answer_delay_us). Writes the raw output to
 # bench/results/<date>-service-<host>.log and prints the RESULT lines (LABEL=x adds -x to the log's name).
 # SERVER_FLAGS adds gpukv-server flags. Needs: build/ (server, gpukv-load, transport_ceiling_server),
 # redis-server and redis-benchmark.
@@ -71,6 +72,21 @@ sleep 1
 {
   echo "# transport_ceiling_server (no table)"
   workloads | sed 's/^RESULT load/RESULT ceiling/'
+} >> "$out"
+kill -TERM $server
+wait $server || true
+
+# The ceiling again with calls answered as gpukv-server answers them (queued by the handler, finished by one
+# other thread in batches timed like gpukv's default 200 us queue delay): what the hop off gRPC's thread costs.
+"$root/build/bench/transport_ceiling_server" --listen=127.0.0.1:50088 --answer_delay_us=200 >/dev/null 2>&1 &
+server=$!
+sleep 1
+{
+  echo "# transport_ceiling_server --answer_delay_us=200 (no table, answered from another thread)"
+  SECONDS_PER_RUN=2 load --mode=unary --callers=64 --get=1 --put=0 | sed 's/^RESULT/WARMUP/'
+  load --mode=unary --callers=64 --get=1 --put=0 | sed 's/^RESULT load/RESULT hop/'
+  load --mode=batch --batch=100 --callers=64 --get=1 --put=0 | sed 's/^RESULT load/RESULT hop/'
+  load --mode=batch --batch=1000 --callers=16 --get=1 --put=0 | sed 's/^RESULT load/RESULT hop/'
 } >> "$out"
 kill -TERM $server
 wait $server || true

@@ -4,23 +4,32 @@
 // drives gpukv-server (bench/service_bench.sh and bench/device/service_gpu.sh run both in one run), so the
 // gap between the two is what gpukv's batching and table add to the transport.
 //
-//   transport_ceiling_server --listen=127.0.0.1:50089
+// --answer_delay_us=D (D > 0) answers unary and batch calls as gpukv-server does, with no table: the handler
+// only queues the call, and one answering thread finishes every queued call once the oldest has waited D
+// microseconds. The gap to the plain ceiling is what answering from a thread that is not gRPC's costs.
+//
+//   transport_ceiling_server --listen=127.0.0.1:50089 [--answer_delay_us=200]
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "gpukv/v1/kv.grpc.pb.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50089", "address to listen on");
+ABSL_FLAG(std::uint32_t, answer_delay_us, 0,
+          "0: each call is answered by its handler; else by one answering thread, in batches, once the oldest "
+          "queued call has waited this long");
 
 namespace gpukv::bench {
 namespace {
@@ -98,14 +107,71 @@ class StreamEcho : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamR
   bool finished_ = false;
 };
 
-class CeilingService final : public v1::KeyValue::CallbackService {
-  static grpc::ServerUnaryReactor* ok(grpc::CallbackServerContext* ctx) {
-    auto* reactor = ctx->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
+// Finishes queued calls on its own thread, a batch at a time: a batch is every call queued when the oldest
+// has waited `delay`.
+class AnswerThread {
+ public:
+  explicit AnswerThread(std::chrono::microseconds delay) : delay_(delay), thread_([this] { run(); }) {}
+  ~AnswerThread() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_one();
+    thread_.join();
   }
 
+  void queue(grpc::ServerUnaryReactor* reactor) {
+    std::lock_guard lock(mutex_);
+    if (queued_.empty()) {
+      oldest_ = std::chrono::steady_clock::now();
+      wake_.notify_one();
+    }
+    queued_.push_back(reactor);
+  }
+
+ private:
+  void run() {
+    std::vector<grpc::ServerUnaryReactor*> batch;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || !queued_.empty(); });
+      if (stop_) return;
+      wake_.wait_until(lock, oldest_ + delay_, [&] { return stop_; });
+      batch.swap(queued_);
+      lock.unlock();
+      for (grpc::ServerUnaryReactor* r : batch) r->Finish(grpc::Status::OK);
+      batch.clear();
+      lock.lock();
+    }
+  }
+
+  const std::chrono::microseconds delay_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<grpc::ServerUnaryReactor*> queued_;
+  std::chrono::steady_clock::time_point oldest_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
+class CeilingService final : public v1::KeyValue::CallbackService {
+  grpc::ServerUnaryReactor* ok(grpc::CallbackServerContext* ctx) {
+    auto* reactor = ctx->DefaultReactor();
+    if (answerer_) {
+      answerer_->queue(reactor);
+    } else {
+      reactor->Finish(grpc::Status::OK);
+    }
+    return reactor;
+  }
+  std::unique_ptr<AnswerThread> answerer_;
+
  public:
+  explicit CeilingService(std::chrono::microseconds answer_delay) {
+    if (answer_delay.count() > 0) answerer_ = std::make_unique<AnswerThread>(answer_delay);
+  }
+
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest*, v1::GetResponse* resp) override {
     resp->set_found(true);
     resp->set_value(kValue, kValueBytes);
@@ -147,7 +213,7 @@ std::sig_atomic_t stop_requested = 0;
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as gpukv-server does (server/main.cpp)
-  gpukv::bench::CeilingService service;
+  gpukv::bench::CeilingService service(std::chrono::microseconds(absl::GetFlag(FLAGS_answer_delay_us)));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);
