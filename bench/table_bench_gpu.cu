@@ -134,11 +134,12 @@ void bench_table(const TableRun& r) {
 // Lookups of absent keys end only at an EMPTY ticket: they show what a crowded tier costs. Every round is
 // timed whole; rounds in which a clean-up ran are set against those in which none did, so the line gives
 // the churn rate with and without clean-ups and what one clean-up costs.
-void bench_churn(const TableRun& r, double max_load, double share, int rounds) {
+void bench_churn(const TableRun& r, double max_load, double headroom_share, double share, int rounds) {
   const std::uint32_t stride = value_stride(r.vw);
   TableConfig config = table_config(r);
   config.capacity = r.n;
   config.max_load_factor = max_load;
+  config.cleanup_headroom = headroom_share;
   Table table(config);
   const TableStats s0 = table.stats();
   const std::uint64_t full = s0.max_items;
@@ -204,9 +205,9 @@ void bench_churn(const TableRun& r, double max_load, double share, int rounds) {
   const double per_cleanup = cleanups != 0 ? (ms_clean - rounds_clean * plain_round) / static_cast<double>(cleanups) : 0.0;
   char extra[400];
   std::snprintf(extra, sizeof extra,
-                "max_load=%.2f share=%.3f rounds=%d cleanups=%llu cleanups_skipped=%llu rounds_plain=%d plain_gops=%.3f "
+                "max_load=%.2f cleanup_headroom=%.2f share=%.3f rounds=%d cleanups=%llu cleanups_skipped=%llu rounds_plain=%d plain_gops=%.3f "
                 "cleanup_ms=%.3f tombstones_end=%llu items_end=%llu",
-                max_load, share, rounds, static_cast<unsigned long long>(cleanups),
+                max_load, headroom_share, share, rounds, static_cast<unsigned long long>(cleanups),
                 static_cast<unsigned long long>(s.cleanups_skipped - s0.cleanups_skipped), rounds_plain,
                 rounds_plain != 0 ? 3.0 * d * rounds_plain / ms_plain / 1e6 : nan, per_cleanup,
                 static_cast<unsigned long long>(s.tombstones), static_cast<unsigned long long>(s.items));
@@ -396,8 +397,10 @@ int main(int argc, char** argv) {
                static_cast<std::uint32_t>(flags.u64s("tickets", "8")[0]), parse_probing(flags.str("probing", "group")),
                parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]),
                1.0, n, repeats};
-    for (double share : flags.doubles("churn_shares", "0.01")) {
-      bench_churn(r, flags.doubles("churn_max_load", "0.95")[0], share, static_cast<int>(flags.u64("churn_rounds", 40)));
+    for (double headroom : flags.doubles("churn_headroom", "0.5")) {
+      for (double share : flags.doubles("churn_shares", "0.01")) {
+        bench_churn(r, flags.doubles("churn_max_load", "0.95")[0], headroom, share, static_cast<int>(flags.u64("churn_rounds", 40)));
+      }
     }
   }
   if (parts.find("table") != std::string::npos) {

@@ -26,6 +26,9 @@ ABSL_FLAG(std::uint32_t, key_width, 16, "largest key, bytes: 8, 16 or 32");
 ABSL_FLAG(std::uint32_t, value_width, 128, "largest value, bytes: 8 to 65536");
 ABSL_FLAG(std::uint32_t, ticket_bits, 8, "ticket size on the ticket-board: 2, 4 or 8");
 ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
+ABSL_FLAG(double, cleanup_headroom, 0.5,
+          "share of a full tier's EMPTY headroom its tombstones may take before it is cleaned (higher: fewer "
+          "clean-ups under heavy churn, longer lookups of absent keys in between)");
 ABSL_FLAG(std::uint32_t, batch_size, 65536, "operations per device batch");
 ABSL_FLAG(std::uint32_t, max_queue_delay, 200, "microseconds an operation may wait for its batch to fill");
 ABSL_FLAG(std::uint64_t, max_queued_ops, 1 << 22, "operations queued beyond which calls get RESOURCE_EXHAUSTED");
@@ -95,6 +98,7 @@ int main(int argc, char** argv) {
   options.table.value_width = absl::GetFlag(FLAGS_value_width);
   options.table.ticket_bits = absl::GetFlag(FLAGS_ticket_bits);
   options.table.max_load_factor = absl::GetFlag(FLAGS_max_load_factor);
+  options.table.cleanup_headroom = absl::GetFlag(FLAGS_cleanup_headroom);
   options.table.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   options.batcher.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.table.max_batch = std::max<std::uint32_t>(options.table.max_batch, options.batcher.batch_size);

@@ -83,7 +83,9 @@ Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* b
   return ref;
 }
 
-inline TierLimits limits_of(const TierGeometry& t) { return TierLimits{t.max_items, t.cleanup_tombstones}; }
+inline TierLimits limits_of(const TierGeometry& t) {
+  return TierLimits{t.max_items, t.cleanup_tombstones, t.crowded_tombstones};
+}
 
 inline std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
   return by_key_width(geometry, [&](auto key_words) { return make_cpu_backend_for<key_words.value>(config, geometry); });

@@ -36,6 +36,8 @@ TierGeometry tier_geometry(const TableConfig& c, std::uint64_t slots) {
   t.max_items = static_cast<std::uint64_t>(std::floor(c.max_load_factor * static_cast<double>(t.capacity)));
   t.cleanup_tombstones =
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(c.cleanup_tombstones * static_cast<double>(t.capacity))));
+  t.crowded_tombstones =
+      static_cast<std::uint64_t>(std::floor(c.cleanup_headroom * static_cast<double>(t.capacity - t.max_items)));
   return t;
 }
 
@@ -64,6 +66,7 @@ Geometry make_geometry(const TableConfig& c) {
   }
   if (!(c.max_load_factor > 0.0 && c.max_load_factor <= 1.0)) reject("max_load_factor must be in (0, 1]");
   if (!(c.cleanup_tombstones > 0.0 && c.cleanup_tombstones <= 1.0)) reject("cleanup_tombstones must be in (0, 1]");
+  if (!(c.cleanup_headroom > 0.0 && c.cleanup_headroom <= 1.0)) reject("cleanup_headroom must be in (0, 1]");
   if (!(c.clstash_load <= 1.0)) reject("clstash_load must be <= 1 (negative: the measured default)");
   if (c.max_batch == 0 || c.max_batch > kMaxPassOps) {
     reject("max_batch must be 1.." + std::to_string(kMaxPassOps) + ", got " + std::to_string(c.max_batch));

@@ -15,6 +15,7 @@ struct TierGeometry {
   std::uint64_t tag_bytes = 0;      // host tier: a tag byte per slot beside the board (table_ref.hpp)
   std::uint64_t max_items = 0;      // live keys allowed
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
+  std::uint64_t crowded_tombstones = 0;  // past max_items, tombstones that trigger a clean-up (cleanup_headroom)
 };
 
 struct Geometry {

@@ -28,6 +28,8 @@ class TableEdgeTest : public testing::TestWithParam<BackendKind> {
     c.capacity = capacity;
     return c;
   }
+  // Holds a full tier under churn and checks its tombstones never take more than their share of its headroom.
+  void churn_a_full_tier(double headroom_share);
 };
 
 Op put(std::string k, std::string v) { return Op{OpKind::kPut, std::move(k), std::move(v)}; }
@@ -199,10 +201,19 @@ TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
 
 // A tier held at max_items under churn (deletes, and as many new keys): its tombstones eat the headroom a
 // full tier keeps EMPTY, where every lookup of an absent key ends. The clean-up must run once they have taken
-// half of it, long before the tombstone share (set high here) would trigger it.
+// their share of it (cleanup_headroom: the default half, and a quarter), long before the tombstone share (set
+// high here) would trigger it.
 TEST_P(TableEdgeTest, AFullTierIsCleanedBeforeItsTombstonesFillItsHeadroom) {
+  for (const double share : {0.5, 0.25}) {
+    SCOPED_TRACE(share);
+    churn_a_full_tier(share);
+  }
+}
+
+void TableEdgeTest::churn_a_full_tier(double headroom_share) {
   TableConfig c = config(8, 8, 5000);
   c.cleanup_tombstones = 0.5;
+  c.cleanup_headroom = headroom_share;
   Table table(c);
   const TableStats empty = table.stats();
   const std::uint64_t headroom = empty.capacity - empty.max_items;
@@ -226,7 +237,7 @@ TEST_P(TableEdgeTest, AFullTierIsCleanedBeforeItsTombstonesFillItsHeadroom) {
   }
   const TableStats s = table.stats();
   EXPECT_GE(s.cleanups, 1u);
-  EXPECT_LE(most_tombstones, headroom / 2 + 20) << "headroom " << headroom;
+  EXPECT_LE(static_cast<double>(most_tombstones), headroom_share * static_cast<double>(headroom) + 20) << "headroom " << headroom;
   model.check_contents(table);
 }
 
@@ -301,6 +312,8 @@ TEST_P(TableEdgeTest, BadSettingsAreRejectedWithAClearError) {
   rejects([](TableConfig& c) { c.ticket_bits = 3; }, "ticket_bits");
   rejects([](TableConfig& c) { c.capacity = 0; }, "capacity");
   rejects([](TableConfig& c) { c.max_load_factor = 1.5; }, "max_load_factor");
+  rejects([](TableConfig& c) { c.cleanup_headroom = 0; }, "cleanup_headroom");
+  rejects([](TableConfig& c) { c.cleanup_headroom = 1.5; }, "cleanup_headroom");
   rejects([](TableConfig& c) { c.max_batch = 0; }, "max_batch");
 }
 

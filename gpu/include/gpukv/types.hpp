@@ -63,6 +63,10 @@ struct TableConfig {
   std::uint32_t ticket_bits = 8;       // ticket size on the board: 2, 4 or 8 bits (see ticket_board.hpp)
   double max_load_factor = 0.95;       // live keys / slots beyond which a tier takes no new keys
   double cleanup_tombstones = 0.10;    // tombstones / capacity that triggers the parallel clean-up
+  // A tier is also cleaned once its tombstones take this share of the EMPTY slots a full tier keeps
+  // (capacity - max_items): a lookup ends only at an EMPTY ticket, so a tier held near max_items under
+  // deletes and new keys walks ever longer before then. Lower: shorter walks, more clean-ups.
+  double cleanup_headroom = 0.5;
   Probing probing = Probing::kGroup;
   BackendKind backend = BackendKind::kAuto;
   LaneMode lanes = LaneMode::kAuto;

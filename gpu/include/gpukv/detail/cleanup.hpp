@@ -52,16 +52,13 @@ template <class Ref>
 struct CleanupCount {
   static constexpr const char* kName = "CleanupCount";
   CleanupWord<Ref> w;
-  Counters* counters;
-  GPUKV_HD void operator()(std::uint64_t word, Tally&) const {
+  GPUKV_HD void operator()(std::uint64_t word, Tally& tally) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t tickets = w.table.board.load(word);
-    unsigned long long moved = 0;
     for (int field = 0; field < Codec::kPerWord; ++field) {
       const std::uint64_t slot = Ref::slot_of(word, field);
-      if (w.in_table(slot) && Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) ++moved;
+      if (w.in_table(slot) && Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) ++tally.extracted;
     }
-    if (moved != 0) atomic_ref<unsigned long long>(counters->extracted).fetch_add(moved, memory_order_relaxed);
   }
 };
 

@@ -69,6 +69,7 @@ inline double default_clstash_load(Probing probing) { return probing == Probing:
 struct TierLimits {
   std::uint64_t max_items = 0;           // live keys allowed
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
+  std::uint64_t crowded_tombstones = 0;  // tombstones past max_items that trigger one (see crowded())
 };
 
 // How the host tier's accesses run (TableConfig::order_host, host_phase_threads).
@@ -101,6 +102,7 @@ class PassRunner {
         host_max_items_(host_limits.max_items),
         host_phase_(host_phase),
         host_sort_bits_(std::bit_width(host.capacity) + kHostQueueOpBits),
+        crowded_tombstones_{device_limits.crowded_tombstones, host_limits.crowded_tombstones},
         cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
 
   // Executes one pass, with scratch for at least batch.size ops. Returns when every result is written.
@@ -169,15 +171,16 @@ class PassRunner {
   bool has_host() const { return host_.units != 0; }
   unsigned long long& tombstones(bool in_host) { return in_host ? known_.host_tombstones : known_.tombstones; }
 
-  // Whether the tier's tombstones have taken half the headroom a full tier keeps EMPTY. A probe ends only
-  // at an EMPTY ticket, so in a tier held near max_items (the device tier once the host tier takes the
-  // overflow) every lookup of an absent key walks ever longer as deletes pile up, long before tombstones
-  // reach the `step` share of the capacity (in the service's host-tier run of 2026-11-23, the device tier
-  // sat at max_items with 5% tombstones while a mixed workload fell from 18.8 to 1.5 M ops/s in four seconds).
+  // Whether the tier's tombstones have taken their share (TableConfig::cleanup_headroom, half by default) of
+  // the headroom a full tier keeps EMPTY. A probe ends only at an EMPTY ticket, so in a tier held near
+  // max_items (the device tier once the host tier takes the overflow) every lookup of an absent key walks
+  // ever longer as deletes pile up, long before tombstones reach the `step` share of the capacity (in the
+  // service's host-tier run of 2026-11-23, the device tier sat at max_items with 5% tombstones while a mixed
+  // workload fell from 18.8 to 1.5 M ops/s in four seconds).
   bool crowded(bool in_host) const {
     const std::uint64_t items = in_host ? known_.host_items : known_.items;
     const std::uint64_t dead = in_host ? known_.host_tombstones : known_.tombstones;
-    return dead != 0 && items + dead >= (in_host ? host_max_items_ : max_items_) + headroom(in_host) / 2;
+    return dead != 0 && items + dead >= (in_host ? host_max_items_ : max_items_) + crowded_tombstones_[in_host];
   }
   // The slots a tier at max_items keeps EMPTY.
   std::uint64_t headroom(bool in_host) const {
@@ -200,7 +203,7 @@ class PassRunner {
     const std::uint64_t words = (t.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(words, CleanupCount<Ref>{word, counters_});
+    exec_.for_each(words, CleanupCount<Ref>{word});
     const std::uint64_t displaced = exec_.read_counters().extracted;
     auto buffer = exec_.allocate(displaced * t.slot_stride, in_host);
     if (displaced != 0 && buffer.empty()) return false;
@@ -231,6 +234,7 @@ class PassRunner {
   std::uint64_t host_max_items_;
   HostPhase host_phase_;
   int host_sort_bits_;  // host-queue entries are below 2^host_sort_bits_
+  const std::uint64_t crowded_tombstones_[2];  // device, host
   TierCleanup cleanup_[2];  // device, host
   Counters known_{};  // the counters as of the end of the last pass
   PassStats stats_;
