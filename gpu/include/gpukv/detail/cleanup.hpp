@@ -3,7 +3,7 @@
 // Tombstones keep lookups walking: a lookup stops only at an EMPTY ticket. Clean-up restores short probes
 // without a full rehash:
 //
-//   1. CleanupExtract, one thread per board word: every TOMBSTONE becomes EMPTY; every key that is not in
+//   1. CleanupExtract, one thread per slot: every TOMBSTONE becomes EMPTY; every key that is not in
 //      the first unit of its own probe sequence is copied out to a buffer and its ticket becomes EMPTY.
 //      Keys in their first unit stay: a lookup finds them with its first probe, whatever else is empty.
 //   2. CleanupReinsert, one thread per extracted key: insert it again by the normal claim path.
@@ -45,20 +45,20 @@ GPUKV_UNROLL
     const ProbePlan plan = plan_probe(hash_key(stored_key(slot), table.key_words), table.units);
     return plan.first != unit_of_slot(slot);
   }
-  GPUKV_HD_INLINE bool in_table(std::uint64_t slot) const { return slot < table.capacity; }
 };
 
+// The scan steps run a thread per slot, so that a warp reads the keys of 32 neighbouring slots (one
+// contiguous run of memory) rather than one slot in each of 32 board words' runs of slots: with a thread per
+// board word, counting read the keys of a 2^27-slot tier at about 410 GB/s.
 template <class Ref>
 struct CleanupCount {
   static constexpr const char* kName = "CleanupCount";
   CleanupWord<Ref> w;
-  GPUKV_HD void operator()(std::uint64_t word, Tally& tally) const {
+  GPUKV_HD void operator()(std::uint64_t slot, Tally& tally) const {
     using Codec = typename Ref::Codec;
-    const std::uint64_t tickets = w.table.board.load(word);
-    for (int field = 0; field < Codec::kPerWord; ++field) {
-      const std::uint64_t slot = Ref::slot_of(word, field);
-      if (w.in_table(slot) && Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) ++tally.extracted;
-    }
+    const std::uint64_t tickets = w.table.board.load(slot / Codec::kPerWord);
+    const int field = static_cast<int>(slot % Codec::kPerWord);
+    if (Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) ++tally.extracted;
   }
 };
 
@@ -68,27 +68,21 @@ struct CleanupExtract {
   CleanupWord<Ref> w;
   std::uint8_t* buffer;  // extracted slots, slot_stride bytes each
   Counters* counters;
-  GPUKV_HD void operator()(std::uint64_t word, Tally&) const {
+  GPUKV_HD void operator()(std::uint64_t slot, Tally&) const {
     using Codec = typename Ref::Codec;
-    const std::uint64_t tickets = w.table.board.load(word);
-    std::uint64_t cleaned = tickets;
-    for (int field = 0; field < Codec::kPerWord; ++field) {
-      const std::uint64_t slot = Ref::slot_of(word, field);
-      const std::uint64_t code = Codec::field_code(tickets, field);
-      const std::uint64_t clear = ~(Codec::kFieldMask << (field * Codec::kBits));
-      if (!w.in_table(slot)) continue;
-      if (code == Codec::kTombstone) {
-        cleaned &= clear;
-      } else if (code >= Codec::kFirstFull && w.displaced(slot)) {
-        const auto index = atomic_ref<unsigned long long>(counters->extracted).fetch_add(1, memory_order_relaxed);
-        const auto* from = reinterpret_cast<const std::uint64_t*>(w.table.slot(slot));
-        auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * w.table.slot_stride);
-        for (std::uint32_t j = 0; j < w.table.slot_stride / 8; ++j) to[j] = from[j];
-        cleaned &= clear;
-      }
+    const std::uint64_t word = slot / Codec::kPerWord;
+    const int field = static_cast<int>(slot % Codec::kPerWord);
+    // The threads of a word's other slots may flip their own tickets meanwhile; this one's stays as read.
+    const std::uint64_t code = Codec::field_code(w.table.board.load(word), field);
+    if (code == Codec::kTombstone) {
+      w.table.board.flip(word, field, code, Codec::kEmpty);
+    } else if (code >= Codec::kFirstFull && w.displaced(slot)) {
+      const auto index = atomic_ref<unsigned long long>(counters->extracted).fetch_add(1, memory_order_relaxed);
+      const auto* from = reinterpret_cast<const std::uint64_t*>(w.table.slot(slot));
+      auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * w.table.slot_stride);
+      for (std::uint32_t j = 0; j < w.table.slot_stride / 8; ++j) to[j] = from[j];
+      w.table.board.flip(word, field, code, Codec::kEmpty);
     }
-    // This thread is the only one touching this word during the step.
-    if (cleaned != tickets) atomic_ref<std::uint64_t>(w.table.board.words[word]).store(cleaned, memory_order_relaxed);
   }
 };
 

@@ -200,16 +200,15 @@ class PassRunner {
   bool cleanup_tier(bool in_host) {
     const Ref t = in_host ? host_ : table_;
     const CleanupWord<Ref> word{t};
-    const std::uint64_t words = (t.capacity + Ref::Codec::kPerWord - 1) / Ref::Codec::kPerWord;
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(words, CleanupCount<Ref>{word});
+    exec_.for_each(t.capacity, CleanupCount<Ref>{word});
     const std::uint64_t displaced = exec_.read_counters().extracted;
     auto buffer = exec_.allocate(displaced * t.slot_stride, in_host);
     if (displaced != 0 && buffer.empty()) return false;
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(words, CleanupExtract<Ref>{word, buffer.data(), counters_});
+    exec_.for_each(t.capacity, CleanupExtract<Ref>{word, buffer.data(), counters_});
     exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), counters_});
     known_ = exec_.read_counters();
     if (known_.lost != 0 || known_.extracted != displaced) {
