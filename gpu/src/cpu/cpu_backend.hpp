@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <thread>
 #include <vector>
 
@@ -56,6 +57,7 @@ class CpuExecutor {
   }
   void zero(void* p, std::uint64_t bytes) { std::memset(p, 0, bytes); }
   void sort(std::uint64_t* keys, std::uint64_t n, int /*bits*/) { std::sort(keys, keys + n); }
+  void exclusive_sum(unsigned long long* values, std::uint64_t n) { std::exclusive_scan(values, values + n, values, 0ULL); }
   Counters read_counters() const { return *counters_; }
   void write_counters(const Counters& c) { *counters_ = c; }
   // Both tiers are host memory here.

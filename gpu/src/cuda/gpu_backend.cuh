@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <array>
@@ -168,6 +169,19 @@ class CudaExecutor {
       GPUKV_CUDA_CHECK(cudaMemcpyAsync(keys, buffers.Current(), n * sizeof(std::uint64_t), cudaMemcpyDeviceToDevice, stream_));
     }
     clock_.end(stream_);
+  }
+
+  // In place (CUB's scan allows the output to be the input). Only clean-ups use it, so its scratch is
+  // allocated each time.
+  void exclusive_sum(unsigned long long* values, std::uint64_t n) {
+    std::size_t bytes = 0;
+    GPUKV_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, values, values, n, stream_));
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const GpuBuffer temp(std::max<std::size_t>(bytes, 1), "scan scratch");
+    clock_.begin(stream_, "scan");
+    GPUKV_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, values, values, n, stream_));
+    clock_.end(stream_);
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
   Counters read_counters() {

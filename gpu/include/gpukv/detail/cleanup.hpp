@@ -11,7 +11,10 @@
 // Each tier is cleaned on its own (CleanupWord holds one tier), and its keys stay in it.
 //
 // Every extraction must finish before any reinsertion (a reinserted key must not be overtaken by an EMPTY
-// made later on its sequence), hence two steps. CleanupCount sizes the buffer first.
+// made later on its sequence), hence two steps. CleanupCount sizes the buffer first, per region of
+// kCleanupRegionSlots slots; an exclusive sum of those counts gives each region its run of the buffer, so
+// that extracting threads take buffer places from one counter per region rather than all from one (one
+// counter served 18 M extractions from a 2^27-slot tier in 5.9 ms).
 #pragma once
 
 #include <cstdint>
@@ -50,15 +53,23 @@ GPUKV_UNROLL
 // The scan steps run a thread per slot, so that a warp reads the keys of 32 neighbouring slots (one
 // contiguous run of memory) rather than one slot in each of 32 board words' runs of slots: with a thread per
 // board word, counting read the keys of a 2^27-slot tier at about 410 GB/s.
+
+// Slots per region of the extraction buffer: a region's threads share one counter for their places.
+inline constexpr std::uint64_t kCleanupRegionSlots = 1 << 14;
+
 template <class Ref>
 struct CleanupCount {
   static constexpr const char* kName = "CleanupCount";
   CleanupWord<Ref> w;
+  unsigned long long* regions;  // displaced keys per region, zeroed before
   GPUKV_HD void operator()(std::uint64_t slot, Tally& tally) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t tickets = w.table.board.load(slot / Codec::kPerWord);
     const int field = static_cast<int>(slot % Codec::kPerWord);
-    if (Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) ++tally.extracted;
+    if (Codec::field_code(tickets, field) >= Codec::kFirstFull && w.displaced(slot)) {
+      ++tally.extracted;
+      atomic_ref<unsigned long long>(regions[slot / kCleanupRegionSlots]).fetch_add(1, memory_order_relaxed);
+    }
   }
 };
 
@@ -66,9 +77,9 @@ template <class Ref>
 struct CleanupExtract {
   static constexpr const char* kName = "CleanupExtract";
   CleanupWord<Ref> w;
-  std::uint8_t* buffer;  // extracted slots, slot_stride bytes each
-  Counters* counters;
-  GPUKV_HD void operator()(std::uint64_t slot, Tally&) const {
+  std::uint8_t* buffer;         // extracted slots, slot_stride bytes each
+  unsigned long long* regions;  // each region's next place in the buffer
+  GPUKV_HD void operator()(std::uint64_t slot, Tally& tally) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t word = slot / Codec::kPerWord;
     const int field = static_cast<int>(slot % Codec::kPerWord);
@@ -77,11 +88,13 @@ struct CleanupExtract {
     if (code == Codec::kTombstone) {
       w.table.board.flip(word, field, code, Codec::kEmpty);
     } else if (code >= Codec::kFirstFull && w.displaced(slot)) {
-      const auto index = atomic_ref<unsigned long long>(counters->extracted).fetch_add(1, memory_order_relaxed);
+      const auto index =
+          atomic_ref<unsigned long long>(regions[slot / kCleanupRegionSlots]).fetch_add(1, memory_order_relaxed);
       const auto* from = reinterpret_cast<const std::uint64_t*>(w.table.slot(slot));
       auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * w.table.slot_stride);
       for (std::uint32_t j = 0; j < w.table.slot_stride / 8; ++j) to[j] = from[j];
       w.table.board.flip(word, field, code, Codec::kEmpty);
+      ++tally.extracted;
     }
   }
 };

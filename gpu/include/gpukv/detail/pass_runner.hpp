@@ -200,15 +200,21 @@ class PassRunner {
   bool cleanup_tier(bool in_host) {
     const Ref t = in_host ? host_ : table_;
     const CleanupWord<Ref> word{t};
+    const std::uint64_t regions = (t.capacity + kCleanupRegionSlots - 1) / kCleanupRegionSlots;
+    auto starts = exec_.allocate(regions * sizeof(unsigned long long), false);
+    if (starts.empty()) return false;
+    auto* region = reinterpret_cast<unsigned long long*>(starts.data());
+    exec_.zero(region, regions * sizeof(unsigned long long));
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(t.capacity, CleanupCount<Ref>{word});
+    exec_.for_each(t.capacity, CleanupCount<Ref>{word, region});
     const std::uint64_t displaced = exec_.read_counters().extracted;
     auto buffer = exec_.allocate(displaced * t.slot_stride, in_host);
     if (displaced != 0 && buffer.empty()) return false;
+    exec_.exclusive_sum(region, regions);  // each region's first place in the buffer
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(t.capacity, CleanupExtract<Ref>{word, buffer.data(), counters_});
+    exec_.for_each(t.capacity, CleanupExtract<Ref>{word, buffer.data(), region});
     exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), counters_});
     known_ = exec_.read_counters();
     if (known_.lost != 0 || known_.extracted != displaced) {
