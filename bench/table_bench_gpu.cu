@@ -130,10 +130,11 @@ void bench_table(const TableRun& r) {
 // Churn on a full tier: the table is filled to max_items, then every round deletes the `share` of its
 // keys written longest ago, writes as many new keys, and looks up as many absent keys. Deletes leave
 // tombstones; the keys written after them take EMPTY slots (or reuse a tombstone on their walk), so the
-// EMPTY headroom of the tier shrinks until a clean-up runs (at half the headroom, or at the tombstone share).
-// Lookups of absent keys end only at an EMPTY ticket: they show what a crowded tier costs. Every round is
-// timed whole; rounds in which a clean-up ran are set against those in which none did, so the line gives
-// the churn rate with and without clean-ups and what one clean-up costs.
+// EMPTY headroom of the tier shrinks until a clean-up runs (once tombstones take the cleanup_headroom share
+// of it, or reach the tombstone share of the tier). Lookups of absent keys end only at an EMPTY ticket:
+// they show what a crowded tier costs. Every round is timed whole; rounds in which a clean-up ran are set
+// against those in which none did, so the line gives the churn rate with and without clean-ups and what
+// one clean-up costs.
 void bench_churn(const TableRun& r, double max_load, double headroom_share, double share, int rounds) {
   const std::uint32_t stride = value_stride(r.vw);
   TableConfig config = table_config(r);
