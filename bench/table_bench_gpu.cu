@@ -158,36 +158,28 @@ void bench_churn(const TableRun& r, double max_load, double headroom_share, doub
   Batch batch(d, r.kw, stride);
   make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, d, r.vw, stride, 13);
   Timer timer;
+  // One batch of d ops of one kind on keys first..first+d of a key space, timed; every op must get `want`.
+  const auto timed = [&](OpKind kind, std::uint64_t first, std::uint64_t space, OpStatus want, const char* what) {
+    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, first, space);
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(kind));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(d), batch.out());
+    const double ms = timer.stop_ms();
+    expect_status(batch, d, want, what);
+    return ms;
+  };
   double ms_clean = 0, ms_plain = 0;
   int rounds_clean = 0;
   std::uint64_t oldest = 0, cleanups = 0;
   for (int round = 0; round < rounds; ++round) {
     const std::uint64_t before = table.stats().cleanups;
-    double ms = 0;
-    // Delete the d keys written longest ago (key space 5, ids oldest..oldest+d).
-    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, oldest, 5);
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(OpKind::kDelete));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(d), batch.out());
-    ms += timer.stop_ms();
-    expect_status(batch, d, OpStatus::kOk, "churn delete");
-    // Write d new keys (the ids after the newest).
-    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, oldest + full, 5);
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(OpKind::kPut));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(d), batch.out());
-    ms += timer.stop_ms();
-    expect_status(batch, d, OpStatus::kOk, "churn put");
-    // Look up d keys that were never written (key space 6).
-    make_keys<<<kGrid, kBlock>>>(batch.keys.p, batch.key_lens.p, d, r.kw, round * d, 6);
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, d, static_cast<std::uint8_t>(OpKind::kGet));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(d), batch.out());
-    ms += timer.stop_ms();
-    expect_status(batch, d, OpStatus::kNotFound, "churn get miss");
+    // The d keys written longest ago go (key space 5), d new ones come after the newest, and d keys never
+    // written (key space 6) are looked up.
+    // (Statements, not one sum: the operands of + run in no fixed order.)
+    double ms = timed(OpKind::kDelete, oldest, 5, OpStatus::kOk, "churn delete");
+    ms += timed(OpKind::kPut, oldest + full, 5, OpStatus::kOk, "churn put");
+    ms += timed(OpKind::kGet, round * d, 6, OpStatus::kNotFound, "churn get miss");
     oldest += d;
     const std::uint64_t ran = table.stats().cleanups - before;
     cleanups += ran;
