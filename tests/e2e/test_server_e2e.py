@@ -185,6 +185,18 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     assert outcomes["other"] == [], f"calls failed with {outcomes['other']}"
 
 
+@pytest.mark.parametrize("flag,message", [
+    ("--key_width=12", "key_width must be 8, 16 or 32 bytes, got 12"),
+    ("--cleanup_headroom=2", "cleanup_headroom must be in (0, 1]"),
+    ("--backend=quantum", "--backend must be auto, gpu or cpu, got 'quantum'"),
+])
+def test_the_server_refuses_a_bad_setting_with_a_clear_error(flag, message):
+    run = subprocess.run([SERVER, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu", flag],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0, run.stdout + run.stderr
+    assert message in run.stdout + run.stderr, run.stdout + run.stderr  # the server's log goes to stdout
+
+
 def test_cli_against_the_server(server):
     def cli(*args, stdin=None):
         return subprocess.run([CLI, f"--target=127.0.0.1:{server.port}", *args], input=stdin, capture_output=True,
