@@ -116,7 +116,10 @@ GPUKV_UNROLL
     const ProbePlan plan = plan_probe(hash_key(key, table.key_words), table.units);
     std::uint64_t slot;
     long long tombstones = 0;  // none left: clean-up turned them all EMPTY
-    if (!claim_ticket(table, plan.first, 0, plan.step, table.board.load(table.word_of(plan.first)), slot, tombstones)) {
+    // Claimed straight as FULL (no BUSY step, one atomic less): nothing reads the tier during clean-up, and
+    // the kernel boundary makes the slot's bytes visible with its ticket.
+    if (!claim_ticket(table, plan.first, 0, plan.step, table.board.load(table.word_of(plan.first)), slot, tombstones,
+                      Codec::info_code(plan.info))) {
       // Cannot happen: every extracted key left an EMPTY behind in its tier.
       atomic_ref<unsigned long long>(counters->lost).fetch_add(1, memory_order_relaxed);
       return;
@@ -124,9 +127,6 @@ GPUKV_UNROLL
     auto* to = reinterpret_cast<std::uint64_t*>(table.slot(slot));
     for (std::uint32_t j = 0; j < table.slot_stride / 8; ++j) to[j] = from[j];
     if (table.tags != nullptr) table.tags[slot] = Ref::tag_of(plan.info);
-    // Nothing reads the table during clean-up; the kernel boundary makes the slot visible with its ticket.
-    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy,
-                     Codec::info_code(plan.info));
   }
 };
 

@@ -64,11 +64,12 @@ struct Probe {
 };
 
 // Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
-// whose board word the caller saw as `tickets`. Returns false if none is left. A reused tombstone is
-// subtracted from `tombstones`.
+// whose board word the caller saw as `tickets`, setting it to `to` (BUSY unless the caller owns the step:
+// see TicketBoard::claim). Returns false if none is left. A reused tombstone is subtracted from `tombstones`.
 template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
-                           std::uint64_t tickets, std::uint64_t& slot, Count& tombstones) {
+                           std::uint64_t tickets, std::uint64_t& slot, Count& tombstones,
+                           std::uint64_t to = Ref::Codec::kBusy) {
   using Codec = typename Ref::Codec;
   const std::uint64_t first_probe = probe;  // a stale view of its word only costs a failed CAS, which refreshes it
   for (; probe < t.units; ++probe) {
@@ -78,7 +79,7 @@ GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe
     for (std::uint64_t open = Codec::available(tickets) & lanes; open != 0; open = Codec::available(tickets) & lanes) {
       const int field = Codec::field_of(open);
       const std::uint64_t code = Codec::field_code(tickets, field);
-      if (t.board.claim(word, field, tickets)) {  // refreshes `tickets` when it fails
+      if (t.board.claim(word, field, tickets, to)) {  // refreshes `tickets` when it fails
         if (code == Codec::kTombstone) tombstones -= 1;
         slot = Ref::slot_of(word, field);
         return true;

@@ -87,12 +87,13 @@ struct Board {
     return atomic_ref<std::uint64_t>(words[word]).load(memory_order_relaxed);
   }
 
-  // Turns an EMPTY or TOMBSTONE ticket into BUSY. `seen` is the caller's latest view of the word and is
-  // refreshed when the word changed underneath; returns false if the ticket was no longer available.
-  GPUKV_HD_INLINE bool claim(std::uint64_t word, int field, std::uint64_t& seen) const {
+  // Turns an EMPTY or TOMBSTONE ticket into BUSY (or into `to`, where no thread can read the slot before
+  // the step ends: clean-up). `seen` is the caller's latest view of the word and is refreshed when the word
+  // changed underneath; returns false if the ticket was no longer available.
+  GPUKV_HD_INLINE bool claim(std::uint64_t word, int field, std::uint64_t& seen, std::uint64_t to = Codec::kBusy) const {
     const int shift = field * Bits;
     const std::uint64_t code = (seen >> shift) & Codec::kFieldMask;
-    const std::uint64_t desired = (seen & ~(Codec::kFieldMask << shift)) | (Codec::kBusy << shift);
+    const std::uint64_t desired = (seen & ~(Codec::kFieldMask << shift)) | (to << shift);
     return (code == Codec::kEmpty || code == Codec::kTombstone) &&
            atomic_ref<std::uint64_t>(words[word]).compare_exchange_strong(seen, desired, memory_order_relaxed);
   }
