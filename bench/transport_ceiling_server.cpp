@@ -5,15 +5,18 @@
 // gap between the two is what gpukv's batching and table add to the transport.
 //
 // --answer_delay_us=D (D > 0) answers unary and batch calls as gpukv-server does, with no table: the handler
-// only queues the call, and one answering thread finishes every queued call once the oldest has waited D
-// microseconds. The gap to the plain ceiling is what answering from a thread that is not gRPC's costs.
+// only queues the call, and an answering thread finishes every queued call once the oldest has waited D
+// microseconds (--answer_threads of them, calls dealt out in turn, as gpukv-server's answer threads share
+// a batch). The gap to the plain ceiling is what answering from a thread that is not gRPC's costs.
 //
-//   transport_ceiling_server --listen=127.0.0.1:50089 [--answer_delay_us=200]
+//   transport_ceiling_server --listen=127.0.0.1:50089 [--answer_delay_us=200 [--answer_threads=4]]
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/synchronization/mutex.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -30,6 +33,7 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:50089", "address to listen on");
 ABSL_FLAG(std::uint32_t, answer_delay_us, 0,
           "0: each call is answered by its handler; else by one answering thread, in batches, once the oldest "
           "queued call has waited this long");
+ABSL_FLAG(std::uint32_t, answer_threads, 1, "with --answer_delay_us: the answering threads, each with its own queue");
 
 namespace gpukv::bench {
 namespace {
@@ -158,18 +162,21 @@ class AnswerThread {
 class CeilingService final : public v1::KeyValue::CallbackService {
   grpc::ServerUnaryReactor* ok(grpc::CallbackServerContext* ctx) {
     auto* reactor = ctx->DefaultReactor();
-    if (answerer_) {
-      answerer_->queue(reactor);
+    if (!answerers_.empty()) {
+      answerers_[next_.fetch_add(1, std::memory_order_relaxed) % answerers_.size()]->queue(reactor);
     } else {
       reactor->Finish(grpc::Status::OK);
     }
     return reactor;
   }
-  std::unique_ptr<AnswerThread> answerer_;
+  std::vector<std::unique_ptr<AnswerThread>> answerers_;
+  std::atomic<std::size_t> next_{0};  // the answering thread that takes the next call
 
  public:
-  explicit CeilingService(std::chrono::microseconds answer_delay) {
-    if (answer_delay.count() > 0) answerer_ = std::make_unique<AnswerThread>(answer_delay);
+  CeilingService(std::chrono::microseconds answer_delay, std::uint32_t answer_threads) {
+    for (std::uint32_t i = 0; answer_delay.count() > 0 && i < std::max<std::uint32_t>(1, answer_threads); ++i) {
+      answerers_.push_back(std::make_unique<AnswerThread>(answer_delay));
+    }
   }
 
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest*, v1::GetResponse* resp) override {
@@ -213,7 +220,8 @@ std::sig_atomic_t stop_requested = 0;
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);  // as gpukv-server does (server/main.cpp)
-  gpukv::bench::CeilingService service(std::chrono::microseconds(absl::GetFlag(FLAGS_answer_delay_us)));
+  gpukv::bench::CeilingService service(std::chrono::microseconds(absl::GetFlag(FLAGS_answer_delay_us)),
+                                       absl::GetFlag(FLAGS_answer_threads));
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen), grpc::InsecureServerCredentials(), &port);

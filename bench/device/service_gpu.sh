@@ -3,7 +3,8 @@
 # gpukv-server on the GPU backend, driven by gpukv-load from the same machine over 127.0.0.1, in the shapes
 # of bench/service_bench.sh; the main lines again with the calls answered on the execution thread
 # (--completion_threads=0); the same lines against transport_ceiling_server (the API with no table: what
-# gRPC allows on this machine); and a host-tier server that must spill. Logs to $OUT/service_gpu.log.
+# gRPC allows on this machine), plain and answering from other threads as gpukv-server must; and a
+# host-tier server that must spill. Logs to $OUT/service_gpu.log.
 set -uo pipefail
 log_name=service_gpu
 source "$(dirname "$0")/service_lib.sh"
@@ -60,6 +61,22 @@ load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 
 echo "# transport_ceiling_server, four gpukv-load processes" | tee -a "$log"
 cpu_of ceiling-batch1000 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
 cpu_of ceiling-batch10000 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
+kill -TERM $server
+wait $server
+
+# The ceiling again with calls answered as gpukv-server answers them: queued by the handler, finished by four
+# other threads (the server's answer threads on 16 cores) in batches timed like its 200 us queue delay.
+"$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:50097 --answer_delay_us=200 --answer_threads=4 >>"$out/server.log" 2>&1 &
+server=$!
+sleep 1
+echo "# transport_ceiling_server --answer_delay_us=200 --answer_threads=4" | tee -a "$log"
+t=--target=127.0.0.1:50097
+load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
+load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
+load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+cpu_of hop-batch1000 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
+cpu_of hop-batch10000 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
 kill -TERM $server
 wait $server
 

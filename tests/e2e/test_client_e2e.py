@@ -129,13 +129,13 @@ def test_cli_stream(server):
     assert cli("get", "c").returncode == 1  # the bad input sent nothing, not even line 1
 
 
-@pytest.mark.parametrize("mode,answer_delay_us", [("unary", 0), ("batch", 0), ("stream", 0), ("unary", 200),
-                                                  ("batch", 200)])
-def test_the_transport_ceiling_server_answers_every_call_of_the_load_generator(mode, answer_delay_us):
+@pytest.mark.parametrize("mode,answer_delay_us,answer_threads", [("unary", 0, 1), ("batch", 0, 1), ("stream", 0, 1),
+                                                                 ("unary", 200, 1), ("batch", 200, 3)])
+def test_the_transport_ceiling_server_answers_every_call_of_the_load_generator(mode, answer_delay_us, answer_threads):
     if not os.path.exists(CEILING):
         pytest.skip(f"SKIPPED: {CEILING} is not built (the benchmarks are off in this build)")
-    proc = subprocess.Popen([CEILING, "--listen=127.0.0.1:0", f"--answer_delay_us={answer_delay_us}"],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([CEILING, "--listen=127.0.0.1:0", f"--answer_delay_us={answer_delay_us}",
+                             f"--answer_threads={answer_threads}"], stderr=subprocess.PIPE, text=True)
     try:
         match = re.search(r"listening on port (\d+)", proc.stderr.readline())
         assert match, "transport_ceiling_server did not start"
