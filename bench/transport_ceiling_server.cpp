@@ -31,8 +31,8 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50089", "address to listen on");
 ABSL_FLAG(std::uint32_t, answer_delay_us, 0,
-          "0: each call is answered by its handler; else by one answering thread, in batches, once the oldest "
-          "queued call has waited this long");
+          "0: each call is answered by its handler; else by answering threads (--answer_threads), in batches, "
+          "once the oldest queued call has waited this long");
 ABSL_FLAG(std::uint32_t, answer_threads, 1, "with --answer_delay_us: the answering threads, each with its own queue");
 
 namespace gpukv::bench {
