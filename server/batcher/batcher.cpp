@@ -133,16 +133,6 @@ struct CopyCounts {
 
 using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
 
-// Op i's kind byte (a call without a kinds column has one kind for all); may be out of range: the copy
-// rejects it.
-std::uint8_t kind_at(const CallOps& ops, std::size_t i) {
-  return ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
-}
-bool is_get(std::uint8_t kind) { return kind == static_cast<std::uint8_t>(OpKind::kGet); }
-bool is_write(std::uint8_t kind) {
-  return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
-}
-
 // Copies a found value into its slot (`width` bytes, the slot's size). The common widths go as fixed-size
 // copies the compiler inlines, of the whole slot: a libc call per 8-byte value cost more than the copy, and
 // the bytes past the value's length are overwritten or cut off when pack_values closes the gaps.

@@ -51,6 +51,17 @@ struct CallOps {
   const std::uint32_t* value_lengths = nullptr;  // one per write op
 };
 
+// Op i's kind byte (a call without a kinds column has one kind for all); may be out of range: the batcher
+// rejects such an op.
+inline std::uint8_t kind_at(const CallOps& ops, std::size_t i) {
+  return ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
+}
+inline bool is_get(std::uint8_t kind) { return kind == static_cast<std::uint8_t>(OpKind::kGet); }
+// A write carries a value (one entry of value_lengths).
+inline bool is_write(std::uint8_t kind) {
+  return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
+}
+
 // A call's results, written as its batches are answered.
 struct CallResults {
   std::string results;                       // one OpStatus byte per op

@@ -29,10 +29,6 @@ grpc::Status status_of(CallCode code, std::string_view message) {
 
 namespace {
 
-bool is_write(std::uint8_t kind) {
-  return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
-}
-
 CallOps packed(std::size_t count, OpKind kind, const std::string& keys, const google::protobuf::RepeatedField<std::uint32_t>& key_lengths,
                const std::string& values = {}, const google::protobuf::RepeatedField<std::uint32_t>* value_lengths = nullptr) {
   CallOps ops;
@@ -60,9 +56,7 @@ std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t
   for (std::size_t i = 0; i < ops.count; ++i) key_bytes += ops.key_lengths[i];
   if (key_bytes != keys_size) return "key_lengths add up to " + std::to_string(key_bytes) + " bytes, keys has " + std::to_string(keys_size);
   std::size_t writes = 0;
-  for (std::size_t i = 0; i < ops.count; ++i) {
-    writes += is_write(ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]));
-  }
+  for (std::size_t i = 0; i < ops.count; ++i) writes += is_write(kind_at(ops, i));
   if (writes != value_lengths_size) {
     return std::to_string(writes) + " write operations but " + std::to_string(value_lengths_size) + " value_lengths";
   }
