@@ -47,38 +47,32 @@ if serve 50095 --capacity=67108864 --key_width=16 --value_width=8; then
   wait $server
 fi
 
-# The transport's ceiling: the same load against the API with no table behind it.
-"$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:50094 >>"$out/server.log" 2>&1 &
-server=$!
-sleep 1
-echo "# transport_ceiling_server" | tee -a "$log"
-t=--target=127.0.0.1:50094
-load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
-load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
-load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
-load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
-load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
-echo "# transport_ceiling_server, four gpukv-load processes" | tee -a "$log"
-cpu_of ceiling-batch1000 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
-cpu_of ceiling-batch10000 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
-kill -TERM $server
-wait $server
-
-# The ceiling again with calls answered as gpukv-server answers them: queued by the handler, finished by four
-# other threads (the server's answer threads on 16 cores) in batches timed like its 200 us queue delay.
-"$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:50097 --answer_delay_us=200 --answer_threads=4 >>"$out/server.log" 2>&1 &
-server=$!
-sleep 1
-echo "# transport_ceiling_server --answer_delay_us=200 --answer_threads=4" | tee -a "$log"
-t=--target=127.0.0.1:50097
-load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
-load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
-load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
-load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
-cpu_of hop-batch1000 load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
-cpu_of hop-batch10000 load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
-kill -TERM $server
-wait $server
+# ceiling <label> <port> <flags...>: the lines above against transport_ceiling_server (the API with no table
+# behind it), started with the flags; per-thread CPU under the "<label>-" names.
+ceiling() {
+  local label=$1 port=$2
+  shift 2
+  "$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:"$port" "$@" >>"$out/server.log" 2>&1 &
+  server=$!
+  sleep 1
+  echo "# transport_ceiling_server $*" | tee -a "$log"
+  t=--target=127.0.0.1:$port
+  load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --get=1 --put=0
+  load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+  load $t --keys=16000000 --mode=stream --batch=64 --callers=16 --depth=8 --get=1 --put=0
+  echo "# the same, four gpukv-load processes" | tee -a "$log"
+  cpu_of "$label-batch1000" load $t --keys=16000000 --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
+  cpu_of "$label-batch10000" load $t --keys=16000000 --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0
+  kill -TERM $server
+  wait $server
+}
+# The transport's ceiling: the same load against the API with no table behind it; then the same answered as
+# gpukv-server answers calls: queued by the handler, finished by four other threads (the server's answer
+# threads on 16 cores) in batches timed like its 200 us queue delay.
+ceiling ceiling 50094
+ceiling hop 50097 --answer_delay_us=200 --answer_threads=4
 
 # A tiny device tier (1 M slots) under a 16 M-slot host tier: the data set lives mostly in host memory.
 if serve 50092 --capacity=1048576 --host_capacity=16777216 --key_width=16 --value_width=8; then
