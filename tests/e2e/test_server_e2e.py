@@ -132,7 +132,13 @@ def test_stream_pipelines_requests_and_keeps_their_order(server):
 
 def test_metrics_endpoint(server):
     server.stub.Put(kv_pb2.PutRequest(key=b"m", value=b"v"), timeout=10)
-    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    # The batch's figures are recorded after its calls are answered: wait for them (at most 5 s).
+    deadline = time.monotonic() + 5
+    while True:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+        if 'gpukv_operations_total{kind="PUT",result="OK"} 1' in body or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert 'gpukv_operations_total{kind="PUT",result="OK"} 1' in body
     assert "gpukv_queue_delay_seconds_bucket" in body
     stats = server.stub.Stats(kv_pb2.StatsRequest(), timeout=10)
