@@ -165,10 +165,12 @@ void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
 
 }  // namespace
 
-Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch)
+Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch,
+                 std::function<void(const TableStats&, std::size_t)> on_executed)
     : table_(table),
       config_(config),
       on_batch_(std::move(on_batch)),
+      on_executed_(std::move(on_executed)),
       key_width_(table.config().key_width),
       value_width_(table.config().value_width),
       value_stride_(table.value_stride()) {
@@ -570,6 +572,8 @@ void Batcher::execute(StagedBatch& batch) {
   }
   batch.executed = Clock::now();
   report.execute_time = batch.executed - start;
+  if (on_batch_ || on_executed_) report.table = table_.stats();
+  if (on_executed_) on_executed_(report.table, batch.size);
 }
 
 void Batcher::hand_out_answers(StagedBatch& batch) {

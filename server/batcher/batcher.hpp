@@ -108,12 +108,17 @@ struct BatchReport {
   Clock::duration execute_time{};
   Clock::duration answer_time{};  // from executed to the last of its calls answered (results written, done() run)
   std::array<std::array<std::uint64_t, 5>, kOpKindCount> results{};  // [kind][OpStatus] counts
+  TableStats table{};  // the table's figures right after the batch ran
 };
 
 class Batcher {
  public:
-  // `table` must outlive the batcher; its max_batch must be at least config.batch_size.
-  Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {});
+  // `table` must outlive the batcher; its max_batch must be at least config.batch_size. Both callbacks run on
+  // the execution thread: on_executed(table stats, ops) after each batch has run on the table and before any
+  // of its calls is answered, so that a client holding an answer finds its batch in them; on_batch after
+  // the batch's calls are answered, with its full report.
+  Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {},
+          std::function<void(const TableStats&, std::size_t ops)> on_executed = {});
   ~Batcher();  // drains
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -168,6 +173,7 @@ class Batcher {
   Table& table_;
   const BatcherConfig config_;
   const std::function<void(const BatchReport&)> on_batch_;
+  const std::function<void(const TableStats&, std::size_t)> on_executed_;
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;
   const std::uint32_t value_stride_;

@@ -75,10 +75,8 @@ KvService::KvService(std::uint32_t key_width, std::uint32_t value_width,
 void KvService::attach(Batcher* batcher, const TableStats& stats, std::string backend, std::string device) {
   {
     std::lock_guard lock(stats_mutex_);
-    stats_.set_backend(std::move(backend));
-    stats_.set_device(std::move(device));
-    stats_.set_key_width(key_width_);
-    stats_.set_value_width(value_width_);
+    backend_ = std::move(backend);
+    device_ = std::move(device);
   }
   update_stats(stats, 0);
   batcher_.store(batcher);
@@ -86,27 +84,10 @@ void KvService::attach(Batcher* batcher, const TableStats& stats, std::string ba
 
 void KvService::detach() { batcher_.store(nullptr); }
 
-void KvService::update_stats(const TableStats& s, std::uint64_t batch_ops) {
+void KvService::update_stats(const TableStats& stats, std::uint64_t batch_ops) {
   std::lock_guard lock(stats_mutex_);
-  stats_.clear_tiers();
-  const auto add_tier = [&](const char* name, const TierStats& t) {
-    v1::TierStats* tier = stats_.add_tiers();
-    tier->set_name(name);
-    tier->set_items(t.items);
-    tier->set_capacity(t.capacity);
-    tier->set_max_items(t.max_items);
-    tier->set_bytes(t.board_bytes + t.slot_bytes);
-    tier->set_tombstones(t.tombstones);
-  };
-  add_tier("device", TierStats{s.items, s.tombstones, s.capacity, s.max_items, s.board_bytes, s.slot_bytes});
-  if (s.host.capacity != 0) add_tier("host", s.host);
-  stats_.set_host_reads(s.host_reads);
-  stats_.set_host_writes(s.host_writes);
-  stats_.set_host_reads_avoided(s.host_avoided);
-  stats_.set_batches(s.batches);
-  stats_.set_operations(stats_.operations() + batch_ops);
-  stats_.set_tombstones(s.tombstones + s.host.tombstones);
-  stats_.set_cleanups(s.cleanups);
+  table_stats_ = stats;
+  operations_ += batch_ops;
 }
 
 void KvService::count(const char* method, const grpc::Status& status) {
@@ -264,10 +245,33 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
 }
 
 grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) {
+  TableStats s;
   {
     std::lock_guard lock(stats_mutex_);
-    *resp = stats_;
+    s = table_stats_;
+    resp->set_operations(operations_);
+    resp->set_backend(backend_);
+    resp->set_device(device_);
   }
+  resp->set_key_width(key_width_);
+  resp->set_value_width(value_width_);
+  const auto add_tier = [&](const char* name, const TierStats& t) {
+    v1::TierStats* tier = resp->add_tiers();
+    tier->set_name(name);
+    tier->set_items(t.items);
+    tier->set_capacity(t.capacity);
+    tier->set_max_items(t.max_items);
+    tier->set_bytes(t.board_bytes + t.slot_bytes);
+    tier->set_tombstones(t.tombstones);
+  };
+  add_tier("device", TierStats{s.items, s.tombstones, s.capacity, s.max_items, s.board_bytes, s.slot_bytes});
+  if (s.host.capacity != 0) add_tier("host", s.host);
+  resp->set_host_reads(s.host_reads);
+  resp->set_host_writes(s.host_writes);
+  resp->set_host_reads_avoided(s.host_avoided);
+  resp->set_batches(s.batches);
+  resp->set_tombstones(s.tombstones + s.host.tombstones);
+  resp->set_cleanups(s.cleanups);
   if (on_request_) on_request_("Stats", grpc::StatusCode::OK);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -1,11 +1,13 @@
 // The gpukv.v1.KeyValue service on gRPC's callback API. Every handler turns its request into packed
-// columns for the batcher and returns at once; the batcher's execution thread finishes the call. No reaction
-// blocks: submitting takes the batcher's queue lock only, and Stats reads a snapshot taken after each batch.
+// columns for the batcher and returns at once; the batcher's threads finish the call. No reaction blocks:
+// submitting takes the batcher's queue lock only, and Stats reads a snapshot of the table's figures taken
+// after each batch runs and before its calls are answered (a client sees its own writes counted).
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <string>
 
 #include "batcher/batcher.hpp"
 #include "gpukv/v1/kv.grpc.pb.h"
@@ -22,7 +24,7 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   // it is detached (draining).
   void attach(Batcher* batcher, const TableStats& stats, std::string backend, std::string device);
   void detach();
-  // The table's numbers after the latest batch, for Stats.
+  // The table's figures after the latest batch, for Stats; batch_ops adds to the operation count.
   void update_stats(const TableStats& stats, std::uint64_t batch_ops);
 
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) override;
@@ -65,7 +67,9 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   std::atomic<Batcher*> batcher_{nullptr};
 
   std::mutex stats_mutex_;  // guards the snapshot below
-  v1::StatsResponse stats_;
+  TableStats table_stats_;
+  std::uint64_t operations_ = 0;
+  std::string backend_, device_;
 };
 
 // The gRPC status of a batcher outcome.

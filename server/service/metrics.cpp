@@ -81,6 +81,8 @@ Metrics::Metrics(const std::string& address)
                        .Add({}, seconds_buckets())),
       items_(prometheus::BuildGauge().Name("gpukv_items").Help("Live keys, by tier").Register(*registry_)),
       capacity_(prometheus::BuildGauge().Name("gpukv_capacity_slots").Help("Slots, by tier").Register(*registry_)),
+      device_items_(items_.Add({{"tier", "device"}})),
+      device_capacity_(capacity_.Add({{"tier", "device"}})),
       tombstones_(prometheus::BuildGauge().Name("gpukv_tombstones").Help("Deleted slots not yet cleaned").Register(*registry_).Add({})),
       queued_(prometheus::BuildGauge().Name("gpukv_queued_ops").Help("Operations waiting for a batch").Register(*registry_).Add({})),
       host_accesses_(prometheus::BuildCounter()
@@ -116,7 +118,7 @@ void Metrics::on_request(const char* method, grpc::StatusCode code) {
   counter->Increment();
 }
 
-void Metrics::on_batch(const BatchReport& report, const TableStats& table, std::size_t queued_ops) {
+void Metrics::on_batch(const BatchReport& report, std::size_t queued_ops) {
   batches_.Increment();
   batch_size_.Observe(static_cast<double>(report.ops));
   queue_delay_.Observe(seconds(report.queue_delay));
@@ -127,24 +129,32 @@ void Metrics::on_batch(const BatchReport& report, const TableStats& table, std::
     for (std::size_t result = 0; result < report.results[kind].size(); ++result) {
       const std::uint64_t n = report.results[kind][result];
       if (n == 0) continue;
-      operations_
-          .Add({{"kind", to_string(static_cast<OpKind>(kind))}, {"result", to_string(static_cast<OpStatus>(result))}})
-          .Increment(static_cast<double>(n));
+      prometheus::Counter*& counter = operation_counters_[kind][result];
+      if (counter == nullptr) {
+        counter = &operations_.Add(
+            {{"kind", to_string(static_cast<OpKind>(kind))}, {"result", to_string(static_cast<OpStatus>(result))}});
+      }
+      counter->Increment(static_cast<double>(n));
     }
   }
-  items_.Add({{"tier", "device"}}).Set(static_cast<double>(table.items));
-  capacity_.Add({{"tier", "device"}}).Set(static_cast<double>(table.capacity));
+  on_table(report.table, queued_ops);
+}
+
+void Metrics::on_table(const TableStats& table, std::size_t queued_ops) {
+  device_items_.Set(static_cast<double>(table.items));
+  device_capacity_.Set(static_cast<double>(table.capacity));
   if (table.host.capacity != 0) {
-    items_.Add({{"tier", "host"}}).Set(static_cast<double>(table.host.items));
-    capacity_.Add({{"tier", "host"}}).Set(static_cast<double>(table.host.capacity));
+    if (host_items_ == nullptr) {
+      host_items_ = &items_.Add({{"tier", "host"}});
+      host_capacity_ = &capacity_.Add({{"tier", "host"}});
+    }
+    host_items_->Set(static_cast<double>(table.host.items));
+    host_capacity_->Set(static_cast<double>(table.host.capacity));
   }
-  {
-    std::lock_guard lock(last_mutex_);
-    host_reads_.Increment(static_cast<double>(table.host_reads - last_.host_reads));
-    host_writes_.Increment(static_cast<double>(table.host_writes - last_.host_writes));
-    host_avoided_.Increment(static_cast<double>(table.host_avoided - last_.host_avoided));
-    last_ = table;
-  }
+  host_reads_.Increment(static_cast<double>(table.host_reads - last_.host_reads));
+  host_writes_.Increment(static_cast<double>(table.host_writes - last_.host_writes));
+  host_avoided_.Increment(static_cast<double>(table.host_avoided - last_.host_avoided));
+  last_ = table;
   tombstones_.Set(static_cast<double>(table.tombstones + table.host.tombstones));
   queued_.Set(static_cast<double>(queued_ops));
 }

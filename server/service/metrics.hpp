@@ -13,7 +13,6 @@
 #include <array>
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "batcher/batcher.hpp"
@@ -27,8 +26,10 @@ class Metrics {
 
   int port() const;
   void on_request(const char* method, grpc::StatusCode code);
-  // After each batch: the batch's figures and the table's state.
-  void on_batch(const BatchReport& report, const TableStats& table, std::size_t queued_ops);
+  // After each batch: the batch's figures and the table's state after it (report.table). on_table: the
+  // table's state alone (at start). Called from one thread at a time.
+  void on_batch(const BatchReport& report, std::size_t queued_ops);
+  void on_table(const TableStats& table, std::size_t queued_ops);
 
  public:
   static constexpr std::size_t kStatusNames = 8;  // the names status_code_name gives
@@ -47,8 +48,15 @@ class Metrics {
   prometheus::Histogram& batch_time_;
   prometheus::Histogram& stage_time_;
   prometheus::Histogram& answer_time_;
+  // operations_'s counters by [kind][result], added when first seen (so that the scrape lists only the
+  // pairs that occurred) and then kept: Family::Add costs a label map and a lock, several times per batch.
+  std::array<std::array<prometheus::Counter*, 5>, kOpKindCount> operation_counters_{};
   prometheus::Family<prometheus::Gauge>& items_;
   prometheus::Family<prometheus::Gauge>& capacity_;
+  prometheus::Gauge& device_items_;
+  prometheus::Gauge& device_capacity_;
+  prometheus::Gauge* host_items_ = nullptr;  // added once the table reports a host tier
+  prometheus::Gauge* host_capacity_ = nullptr;
   prometheus::Gauge& tombstones_;
   prometheus::Gauge& queued_;
   // Host-tier traffic; the table keeps running totals, the counters grow by the difference.
@@ -56,8 +64,7 @@ class Metrics {
   prometheus::Counter& host_reads_;
   prometheus::Counter& host_writes_;
   prometheus::Counter& host_avoided_;
-  std::mutex last_mutex_;  // on_batch runs on the batcher's thread, and once on the starting thread
-  TableStats last_{};
+  TableStats last_{};  // as of the previous on_batch
   prometheus::Exposer exposer_;
 };
 

@@ -3,6 +3,7 @@
 // the queue bound, malformed ops, draining, and many concurrent callers checked against a model.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
@@ -321,6 +322,36 @@ TEST(Batcher, ReportsEveryBatch) {
   }
   EXPECT_EQ(ops, 12u);
   EXPECT_EQ(puts_ok, 12u);
+}
+
+// on_executed runs after the batch ran and before any of its calls is answered: a call's done() finds its
+// own batch's ops in the table's figures.
+TEST(Batcher, ReportsTheTableBeforeAnsweringTheBatch) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 4;
+  bc.max_delay = 100us;
+  bc.completion_threads = 2;
+  std::atomic<std::uint64_t> items{0}, ops{0};
+  Batcher batcher(table, bc, {}, [&](const TableStats& s, std::size_t n) {
+    items.store(s.items);
+    ops.fetch_add(n);
+  });
+  for (int i = 0; i < 50; ++i) {
+    TestCall call;
+    call.op(OpKind::kPut, "k" + std::to_string(i), "v");
+    std::uint64_t seen_items = 0, seen_ops = 0;
+    Call c = call.call();
+    c.done = [&](CallCode code, std::string_view) {
+      seen_items = items.load();
+      seen_ops = ops.load();
+      call.promise.set_value(code);
+    };
+    batcher.submit(std::move(c));
+    ASSERT_EQ(call.wait(), CallCode::kOk);
+    EXPECT_EQ(seen_items, static_cast<std::uint64_t>(i + 1));
+    EXPECT_EQ(seen_ops, static_cast<std::uint64_t>(i + 1));
+  }
 }
 
 // Many client threads, each on its own keys, random mixed calls of min_ops..max_ops ops; each thread's

@@ -202,6 +202,18 @@ TEST_F(ServiceTest, AFullTableRefusesWritesAndKeepsItsKeys) {
   EXPECT_EQ(stats.backend(), "cpu");
 }
 
+// Stats takes the table's figures before a batch's calls are answered: a client sees its own writes.
+TEST_F(ServiceTest, StatsCountsAnAnsweredWriteAtOnce) {
+  start(small_server(1000));
+  for (int i = 1; i <= 100; ++i) {
+    ASSERT_TRUE(put("seen" + std::to_string(i), "v").ok());
+    v1::StatsResponse stats;
+    ASSERT_TRUE(stub_->Stats(context().get(), v1::StatsRequest{}, &stats).ok());
+    ASSERT_EQ(stats.tiers(0).items(), static_cast<std::uint64_t>(i));
+    ASSERT_EQ(stats.operations(), static_cast<std::uint64_t>(i));
+  }
+}
+
 TEST_F(ServiceTest, StreamAnswersEveryRequestWithItsIdInOrder) {
   start(small_server());
   grpc::ClientContext ctx;
