@@ -41,6 +41,7 @@ struct Batcher::CallState {
   // A batch with some of its ops failed on the table (set by the execution thread before that batch is
   // answered): the call is completed with this error.
   std::string failure;
+  bool packed = false;  // its values were written packed (it was answered in one segment)
 };
 
 // A run of one call's ops in a batch, with where their bytes start in the call's columns.
@@ -57,10 +58,11 @@ struct Batcher::Segment {
   bool expired = false;        // the call's deadline passed before it started: its rows are rejected, not run
 };
 
-// Rows reserved under the lock, to copy outside it, and calls refused for their deadline.
+// Rows reserved under the lock, to copy (outside it if many), and calls refused for their deadline.
 struct Batcher::StageWork {
   StagedBatch* batch = nullptr;
-  std::vector<Segment> segments;  // by value: the batch's own list may grow while these are copied
+  std::size_t first_segment = 0, last_segment = 0;  // the reserved segments, in batch->segments
+  std::size_t rows = 0;
   std::vector<std::unique_ptr<CallState>> expired;
 };
 
@@ -131,11 +133,10 @@ struct CopyCounts {
   std::size_t writes = 0, gets = 0;
 };
 
-using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
 
-// Copies a found value into its slot (`width` bytes, the slot's size). The common widths go as fixed-size
-// copies the compiler inlines, of the whole slot: a libc call per 8-byte value cost more than the copy, and
-// the bytes past the value's length are overwritten or cut off when pack_values closes the gaps.
+// Copies a found value to `slot`, which has `width` bytes of room (the slot's size). The common widths go as
+// fixed-size copies the compiler inlines, of the whole slot: a libc call per 8-byte value cost more than the
+// copy, and the bytes past the value's length are overwritten by the next value or cut off at values_size.
 void copy_value(char* slot, const std::uint8_t* value, std::uint32_t len, std::uint32_t width) {
   switch (width) {
     case 8: std::memcpy(slot, value, 8); return;
@@ -151,16 +152,17 @@ void copy_value(char* slot, const std::uint8_t* value, std::uint32_t len, std::u
 // answered, into op order with no gaps, as CallResults promises. In place: a packed offset never exceeds
 // its slot.
 void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
-  if (r.values.empty()) return;
   std::size_t packed = 0;
-  for (std::size_t i = 0, g = 0; i < ops.count; ++i) {
-    if (!is_get(kind_at(ops, i))) continue;
-    const std::uint32_t len = r.value_lengths[i];
-    if (len != 0 && packed != g * width) std::memmove(r.values.data() + packed, r.values.data() + g * width, len);
-    packed += len;
-    ++g;
+  if (r.values != nullptr) {
+    for (std::size_t i = 0, g = 0; i < ops.count; ++i) {
+      if (!is_get(kind_at(ops, i))) continue;
+      const std::uint32_t len = r.value_lengths[i];
+      if (len != 0 && packed != g * width) std::memmove(r.values + packed, r.values + g * width, len);
+      packed += len;
+      ++g;
+    }
   }
-  r.values.resize(packed);
+  r.values_size = packed;
 }
 
 }  // namespace
@@ -265,13 +267,6 @@ void Batcher::submit(Call call) {
     call.done(CallCode::kResourceExhausted, "the call has more operations than the queue holds");
     return;
   }
-  call.results->results.assign(n, static_cast<char>(OpStatus::kInvalid));
-  // GET values go to fixed slots, one per GET, while the call's batches are answered (pack_values closes
-  // the gaps left by misses).
-  std::size_t gets = call.ops.kinds.empty() && call.ops.kind == OpKind::kGet ? n : 0;
-  if (!call.ops.kinds.empty()) gets = static_cast<std::size_t>(std::count(call.ops.kinds.begin(), call.ops.kinds.end(), static_cast<char>(OpKind::kGet)));
-  call.results->values.assign(gets * value_width_, '\0');
-  call.results->value_lengths.assign(n, 0);
   auto state = std::make_unique<CallState>();
   state->call = std::move(call);
   const Clock::time_point now = Clock::now();
@@ -412,7 +407,9 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
   }
   if (batch.segments.size() > first_segment) {
     work.batch = &batch;
-    work.segments.assign(batch.segments.begin() + static_cast<std::ptrdiff_t>(first_segment), batch.segments.end());
+    work.first_segment = first_segment;
+    work.last_segment = batch.segments.size();
+    work.rows = batch.size - batch.segments[first_segment].row;
     ++batch.copies;
     if (batch.size == config_.batch_size) close_filling();  // published after this copy
   }
@@ -453,11 +450,18 @@ void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t 
 
 void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work) {
   if (work.batch == nullptr && work.expired.empty()) return;
-  std::size_t rows = 0;
-  for (const Segment& s : work.segments) rows += s.count;
   // A few rows copy faster than the lock is given up and taken back (and other threads wait on it less
   // than they would for the hand-off); refused calls are answered outside the lock.
-  const bool under_lock = rows <= kRowsCopiedUnderLock && work.expired.empty();
+  const bool under_lock = work.rows <= kRowsCopiedUnderLock && work.expired.empty();
+  // Outside the lock, the batch's segment list may grow (and move) while these rows are copied: copy them
+  // from a list of their own.
+  std::vector<Segment> own;
+  const Segment* segments = nullptr;
+  if (work.batch != nullptr) {
+    const auto first = work.batch->segments.begin() + static_cast<std::ptrdiff_t>(work.first_segment);
+    if (!under_lock) own.assign(first, first + static_cast<std::ptrdiff_t>(work.last_segment - work.first_segment));
+    segments = under_lock ? &*first : own.data();
+  }
   if (!under_lock) lock.unlock();
   for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
   const std::size_t refused = work.expired.size();
@@ -467,8 +471,9 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
   if (work.batch != nullptr) {
     // The rows are this thread's alone, and the calls' columns do not change: no lock needed.
     const Clock::time_point start = Clock::now();
-    for (const Segment& s : work.segments) {
-      copy_segment(*work.batch, s, s.call->call.ops, key_width_, value_width_, value_stride_, counts);
+    for (std::size_t k = 0; k < work.last_segment - work.first_segment; ++k) {
+      const Segment& seg = segments[k];
+      copy_segment(*work.batch, seg, seg.call->call.ops, key_width_, value_width_, value_stride_, counts);
     }
     copy_time = Clock::now() - start;
   }
@@ -614,29 +619,8 @@ void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t 
   ResultCounts counts{};
   for (std::size_t k = first_segment; k < last_segment; ++k) {
     const Segment& s = batch.segments[k];
-    CallState& c = *s.call;
-    if (!batch.failed && !s.expired) {
-      CallResults& r = *c.call.results;
-      const CallOps& ops = c.call.ops;
-      // Each segment writes only its own ops' entries, so segments of one call answered at once never meet.
-      std::memcpy(r.results.data() + s.first_op, batch.status + s.row, s.count);
-      std::size_t get = s.get_index;
-      for (std::size_t j = 0; j < s.count; ++j) {
-        const std::size_t i = s.first_op + j, row = s.row + j;
-        const std::uint8_t status = batch.status[row];
-        const std::uint8_t kind = kind_at(ops, i);
-        if (is_get(kind)) {
-          if (status == static_cast<std::uint8_t>(OpStatus::kOk)) {
-            const std::uint32_t len = batch.out_value_lens[row];
-            copy_value(r.values.data() + get * value_width_, batch.out_values + row * value_stride_, len, value_width_);
-            r.value_lengths[i] = len;
-          }
-          ++get;
-        }
-        if (kind < kOpKindCount && status < counts[kind].size()) counts[kind][status] += 1;
-      }
-    }
-    if (c.unanswered.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(&c);
+    if (!batch.failed && !s.expired) write_results(batch, s, counts);
+    if (s.call->unanswered.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(s.call);
   }
   {
     std::lock_guard lock(batch.report_mutex);
@@ -647,6 +631,38 @@ void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t 
   if (batch.jobs_left.fetch_sub(1, std::memory_order_acq_rel) == 1) release(batch);
 }
 
+void Batcher::write_results(const StagedBatch& batch, const Segment& s, ResultCounts& counts) {
+  CallState& c = *s.call;
+  CallResults& r = *c.call.results;
+  const CallOps& ops = c.call.ops;
+  // Each segment writes only its own ops' entries, so segments of one call answered at once never meet. A
+  // call's only segment packs its values as it goes; one of several writes each value at its GET's own slot
+  // (the g-th GET's at g * value_width), and complete() packs them.
+  const bool whole = s.count == ops.count;
+  std::memcpy(r.results + s.first_op, batch.status + s.row, s.count);
+  std::size_t at = whole ? 0 : s.get_index * value_width_;  // where the next GET's value goes
+  for (std::size_t j = 0; j < s.count; ++j) {
+    const std::size_t i = s.first_op + j, row = s.row + j;
+    const std::uint8_t status = batch.status[row];
+    const std::uint8_t kind = kind_at(ops, i);
+    if (is_get(kind)) {
+      if (status == static_cast<std::uint8_t>(OpStatus::kOk)) {
+        const std::uint32_t len = batch.out_value_lens[row];
+        copy_value(r.values + at, batch.out_values + row * value_stride_, len, value_width_);
+        r.value_lengths[i] = len;
+        at += whole ? len : value_width_;
+      } else if (!whole) {
+        at += value_width_;
+      }
+    }
+    if (kind < kOpKindCount && status < counts[kind].size()) counts[kind][status] += 1;
+  }
+  if (whole) {
+    r.values_size = at;
+    c.packed = true;
+  }
+}
+
 void Batcher::complete(CallState* state) {
   const std::unique_ptr<CallState> c(state);
   if (c->expired) {
@@ -654,7 +670,7 @@ void Batcher::complete(CallState* state) {
   } else if (!c->failure.empty()) {
     c->call.done(CallCode::kUnavailable, c->failure);
   } else {
-    pack_values(*c->call.results, c->call.ops, value_width_);
+    if (!c->packed) pack_values(*c->call.results, c->call.ops, value_width_);
     c->call.done(CallCode::kOk, "");
   }
 }

@@ -22,6 +22,7 @@
 // Knows nothing of gRPC: the service adapts calls to CallOps / CallResults.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstdint>
@@ -62,11 +63,21 @@ inline bool is_write(std::uint8_t kind) {
   return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
 }
 
-// A call's results, written as its batches are answered.
+// The number of GET ops in a call: the caller gives its results room for one value_width value per GET.
+inline std::size_t get_count(const CallOps& ops) {
+  if (ops.kinds.empty()) return is_get(static_cast<std::uint8_t>(ops.kind)) ? ops.count : 0;
+  return static_cast<std::size_t>(std::count(ops.kinds.begin(), ops.kinds.end(), static_cast<char>(OpKind::kGet)));
+}
+
+// Where a call's results go: memory the caller owns and sizes (usually its response message's own fields, so
+// that nothing is copied once the call is answered), valid until done() has run. With kOk, every op's
+// result has been written, each GET that found its key has its length written, and the found values are
+// packed in op order at the start of `values`.
 struct CallResults {
-  std::string results;                       // one OpStatus byte per op
-  std::string values;                        // the values of the GETs that found their key, in op order
-  std::vector<std::uint32_t> value_lengths;  // one per op; 0 unless a GET found its key
+  char* results = nullptr;                 // one OpStatus byte per op
+  char* values = nullptr;                  // room for get_count(ops) * value_width bytes; null if no GETs
+  std::uint32_t* value_lengths = nullptr;  // one per op, zeroed by the caller; may be null if no GETs
+  std::size_t values_size = 0;             // written before done(kOk): the bytes of `values` used
 };
 
 enum class CallCode {
@@ -78,7 +89,7 @@ enum class CallCode {
 
 struct Call {
   CallOps ops;
-  CallResults* results = nullptr;  // sized by submit()
+  CallResults* results = nullptr;
   Clock::time_point deadline = Clock::time_point::max();
   // Runs exactly once: with kOk after every result is written, or with an error (nothing applied, unless the
   // table failed). It may run on the caller's thread inside submit() (a refusal), on the execution thread,
@@ -167,6 +178,8 @@ class Batcher {
   // Writes the results of segments [first, last) into their calls, completes each call whose last
   // segment this was, and frees the batch after its last run of segments. Runs without the lock.
   void answer(StagedBatch& batch, std::size_t first_segment, std::size_t last_segment);
+  using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
+  void write_results(const StagedBatch& batch, const Segment& segment, ResultCounts& counts);
   void complete(CallState* call);  // answers the call and deletes its state
   void release(StagedBatch& batch);
 

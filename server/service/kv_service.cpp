@@ -1,5 +1,6 @@
 #include "kv_service.hpp"
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <memory>
@@ -39,6 +40,24 @@ CallOps packed(std::size_t count, OpKind kind, const std::string& keys, const go
   ops.values = values;
   ops.value_lengths = value_lengths != nullptr ? value_lengths->data() : nullptr;
   return ops;
+}
+
+// Sizes a response's result columns for a call's ops and points the batcher at them: it writes the results
+// in place. A response without value columns (BatchPut, BatchDelete) takes no GETs.
+template <class Response>
+CallResults results_in(const CallOps& ops, std::uint32_t value_width, Response& resp) {
+  CallResults r;
+  resp.mutable_results()->resize(ops.count);
+  r.results = resp.mutable_results()->data();
+  if constexpr (requires { resp.mutable_values(); }) {
+    resp.mutable_value_lengths()->Resize(static_cast<int>(ops.count), 0);  // one per op, as the wire promises
+    r.value_lengths = resp.mutable_value_lengths()->mutable_data();
+    if (const std::size_t gets = get_count(ops); gets != 0) {
+      resp.mutable_values()->resize(gets * value_width);
+      r.values = resp.mutable_values()->data();
+    }
+  }
+  return r;
 }
 
 }  // namespace
@@ -110,9 +129,10 @@ void KvService::run(CallOps ops, CallResults* results, Clock::time_point deadlin
 
 namespace {
 
-// What a unary call keeps until it is answered, in one allocation: its results, the lengths of a single-key
-// call's key and value (the batcher reads them when it copies the call's columns), and how to respond.
-// The batcher's done callback holds only a pointer to it, small enough for std::function to keep inline.
+// What a unary call keeps until it is answered, in one allocation: where its results go, a single-key call's
+// result, value length and key and value lengths (the batcher reads the lengths when it copies the call's
+// columns), and how to respond. The batcher's done callback holds only a pointer to it, small enough for
+// std::function to keep inline.
 template <class Respond>
 struct UnaryCall {
   KvService* service;
@@ -120,6 +140,8 @@ struct UnaryCall {
   grpc::ServerUnaryReactor* reactor;
   Respond respond;
   CallResults results;
+  char result = 0;
+  std::uint32_t value_length = 0;
   std::array<std::uint32_t, 2> lengths{};
 };
 
@@ -127,17 +149,19 @@ struct UnaryCall {
 
 template <class Respond>
 grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops,
-                                           Respond respond) {
-  auto* call = new UnaryCall<Respond>{this, method, ctx->DefaultReactor(), std::move(respond), {}, {}};
+                                           CallResults results, Respond respond) {
+  auto* call = new UnaryCall<Respond>{this, method, ctx->DefaultReactor(), std::move(respond), results};
   grpc::ServerUnaryReactor* reactor = call->reactor;
   if (ops.count == 1 && ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
     call->lengths = {static_cast<std::uint32_t>(ops.keys.size()), static_cast<std::uint32_t>(ops.values.size())};
     ops.key_lengths = &call->lengths[0];
     if (is_write(static_cast<std::uint8_t>(ops.kind))) ops.value_lengths = &call->lengths[1];
+    call->results.results = &call->result;
+    if (results.values != nullptr) call->results.value_lengths = &call->value_length;
   }
   run(ops, &call->results, call_deadline(*ctx), [call](CallCode code, std::string_view message) {
     const std::unique_ptr<UnaryCall<Respond>> owned(call);
-    // respond may move the results out, and may turn an OK into an error (a Put that met a full table)
+    // respond finishes the response in place, and may turn an OK into an error (a Put that met a full table)
     const grpc::Status status = code == CallCode::kOk ? call->respond(call->results) : status_of(code, message);
     call->service->count(call->method, status);  // before Finish: a client that has its answer finds the call counted
     call->reactor->Finish(status);
@@ -169,9 +193,11 @@ grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const
     return reject("Get", ctx, e);
   }
   const CallOps ops{1, {}, OpKind::kGet, req->key(), nullptr, {}, nullptr};
-  return unary("Get", ctx, ops, [resp](CallResults& r) {
+  std::string* value = resp->mutable_value();  // the batcher writes the value straight into the response
+  value->resize(value_width_);
+  return unary("Get", ctx, ops, CallResults{nullptr, value->data(), nullptr}, [resp](CallResults& r) {
     resp->set_found(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
-    resp->set_value(std::move(r.values));
+    resp->mutable_value()->resize(r.values_size);
     return grpc::Status::OK;
   });
 }
@@ -185,7 +211,7 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
     return reject("Put", ctx, e);
   }
   const CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), nullptr, req->value(), nullptr};
-  return unary("Put", ctx, ops, [resp](CallResults& r) {
+  return unary("Put", ctx, ops, CallResults{}, [resp](CallResults& r) {
     const auto s = static_cast<OpStatus>(r.results[0]);
     if (s == OpStatus::kFull) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the table is full");
     resp->set_result(static_cast<v1::Result>(s));
@@ -199,7 +225,7 @@ grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, co
     return reject("Delete", ctx, e);
   }
   const CallOps ops{1, {}, OpKind::kDelete, req->key(), nullptr, {}, nullptr};
-  return unary("Delete", ctx, ops, [resp](CallResults& r) {
+  return unary("Delete", ctx, ops, CallResults{}, [resp](CallResults& r) {
     resp->set_deleted(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     return grpc::Status::OK;
   });
@@ -211,10 +237,8 @@ grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchGet", ctx, "malformed request: " + e);
   }
-  return unary("BatchGet", ctx, ops, [resp](CallResults& r) {
-    resp->set_results(std::move(r.results));
-    resp->set_values(std::move(r.values));
-    resp->mutable_value_lengths()->Add(r.value_lengths.begin(), r.value_lengths.end());
+  return unary("BatchGet", ctx, ops, results_in(ops, value_width_, *resp), [resp](CallResults& r) {
+    resp->mutable_values()->resize(r.values_size);
     return grpc::Status::OK;
   });
 }
@@ -226,10 +250,7 @@ grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
     return reject("BatchPut", ctx, "malformed request: " + e);
   }
-  return unary("BatchPut", ctx, ops, [resp](CallResults& r) {
-    resp->set_results(std::move(r.results));
-    return grpc::Status::OK;
-  });
+  return unary("BatchPut", ctx, ops, results_in(ops, value_width_, *resp), [](CallResults&) { return grpc::Status::OK; });
 }
 
 grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
@@ -238,10 +259,7 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchDelete", ctx, "malformed request: " + e);
   }
-  return unary("BatchDelete", ctx, ops, [resp](CallResults& r) {
-    resp->set_results(std::move(r.results));
-    return grpc::Status::OK;
-  });
+  return unary("BatchDelete", ctx, ops, results_in(ops, value_width_, *resp), [](CallResults&) { return grpc::Status::OK; });
 }
 
 grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) {
@@ -330,8 +348,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
  private:
   struct Item {
     v1::StreamRequest request;
-    CallResults results;
     v1::StreamResponse response;
+    CallResults results;  // in response
     bool answered = false;  // response is complete; guarded by mutex_
   };
 
@@ -357,16 +375,18 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       respond(item);
       return;
     }
+    item->results = results_in(ops, service_.value_width(), item->response);
     service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](CallCode code, std::string_view message) {
       const grpc::Status status = status_of(code, message);
       service_.count("Stream", status);
+      v1::StreamResponse& response = item->response;
       if (status.ok()) {
-        item->response.set_results(std::move(item->results.results));
-        item->response.set_values(std::move(item->results.values));
-        item->response.mutable_value_lengths()->Add(item->results.value_lengths.begin(), item->results.value_lengths.end());
+        response.mutable_values()->resize(item->results.values_size);
       } else {  // queue full, deadline, draining: every op of this request fails, the stream goes on
-        item->response.set_results(std::string(item->request.ops().size(), static_cast<char>(OpStatus::kFull)));
-        item->response.mutable_value_lengths()->Resize(item->request.ops().size(), 0);
+        response.set_results(std::string(item->request.ops().size(), static_cast<char>(OpStatus::kFull)));
+        response.clear_values();
+        response.mutable_value_lengths()->Resize(static_cast<int>(item->request.ops().size()), 0);
+        std::fill(response.mutable_value_lengths()->begin(), response.mutable_value_lengths()->end(), 0u);
         std::lock_guard lock(mutex_);
         if (first_error_.ok()) first_error_ = status;
       }

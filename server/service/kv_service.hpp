@@ -56,10 +56,12 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
  private:
   // Finishes a call with INVALID_ARGUMENT (and counts it).
   grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
-  // Submits a unary call; respond(results) fills the response and gives the call's status. A single-key
-  // call (count 1) passes null length columns: the call keeps its key's and value's lengths.
+  // Submits a unary call whose results go to `results` (its response's fields); respond(results) finishes
+  // the response and gives the call's status. A single-key call (count 1) passes null length columns and a
+  // null result and value length: the call keeps those itself.
   template <class Respond>
-  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, Respond respond);
+  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, CallResults results,
+                                  Respond respond);
 
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;

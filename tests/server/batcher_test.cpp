@@ -61,10 +61,16 @@ TEST(DecideBatch, AnIdleTableTakesAPartialBatchAtOnceOnlyWhenAskedTo) {
 
 // ---- the batcher --------------------------------------------------------------------------------------
 
+// The value width of the tables these tests build (cpu_table).
+constexpr std::uint32_t kValueWidth = 32;
+
 // One call's packed columns and results, and a future for its completion.
 struct TestCall {
   std::string kinds, keys, values;
   std::vector<std::uint32_t> key_lengths, value_lengths;
+  // Where the batcher writes the results: garbage before, so that a result it fails to write shows.
+  std::string out_results, out_values;
+  std::vector<std::uint32_t> out_value_lengths;
   CallResults results;
   std::promise<CallCode> promise;
   std::future<CallCode> future = promise.get_future();
@@ -82,6 +88,10 @@ struct TestCall {
   Call call(Clock::time_point deadline = Clock::time_point::max()) {
     Call c;
     c.ops = CallOps{key_lengths.size(), kinds, OpKind::kGet, keys, key_lengths.data(), values, value_lengths.data()};
+    out_results.assign(c.ops.count, '\x7f');
+    out_values.assign(get_count(c.ops) * kValueWidth, '?');
+    out_value_lengths.assign(c.ops.count, 0);
+    results = CallResults{out_results.data(), out_values.data(), out_value_lengths.data()};
     c.results = &results;
     c.deadline = deadline;
     c.done = [this](CallCode code, std::string_view) { promise.set_value(code); };
@@ -92,12 +102,13 @@ struct TestCall {
     if (future.wait_for(30s) != std::future_status::ready) return static_cast<CallCode>(-1);
     return future.get();
   }
-  OpStatus status(std::size_t i) const { return static_cast<OpStatus>(results.results[i]); }
+  OpStatus status(std::size_t i) const { return static_cast<OpStatus>(out_results[i]); }
   // The value of the GET at op i (values are packed in op order).
   std::string value(std::size_t i) const {
     std::size_t offset = 0;
-    for (std::size_t j = 0; j < i; ++j) offset += results.value_lengths[j];
-    return results.values.substr(offset, results.value_lengths[i]);
+    for (std::size_t j = 0; j < i; ++j) offset += out_value_lengths[j];
+    EXPECT_LE(offset + out_value_lengths[i], results.values_size);
+    return out_values.substr(offset, out_value_lengths[i]);
   }
 };
 
@@ -106,7 +117,7 @@ TableConfig cpu_table(std::uint64_t capacity = 1 << 16) {
   c.backend = BackendKind::kCpu;
   c.capacity = capacity;
   c.key_width = 16;
-  c.value_width = 32;
+  c.value_width = kValueWidth;
   c.max_batch = 1 << 16;
   return c;
 }
@@ -385,6 +396,9 @@ void concurrent_clients_match_their_models(BatcherConfig bc, int calls_per_clien
             failures[t] = "call failed";
             return;
           }
+          std::size_t found_bytes = 0;
+          for (std::uint32_t len : c.out_value_lengths) found_bytes += len;
+          if (c.results.values_size != found_bytes) failures[t] = "the values are not packed";
           std::size_t key_at = 0, value_at = 0, write = 0;
           for (std::size_t i = 0; i < c.key_lengths.size(); ++i) {
             const std::string key = c.keys.substr(key_at, c.key_lengths[i]);
@@ -401,6 +415,7 @@ void concurrent_clients_match_their_models(BatcherConfig bc, int calls_per_clien
               case OpKind::kGet:
                 want = present ? OpStatus::kOk : OpStatus::kNotFound;
                 if (present && c.value(i) != model[key]) failures[t] = "wrong value for " + key;
+                if (!present && c.out_value_lengths[i] != 0) failures[t] = "a value for the absent " + key;
                 break;
               case OpKind::kPut:
                 model[key] = value;
