@@ -133,7 +133,6 @@ struct CopyCounts {
   std::size_t writes = 0, gets = 0;
 };
 
-
 // Copies a found value to `slot`, which has `width` bytes of room (the slot's size). The common widths go as
 // fixed-size copies the compiler inlines, of the whole slot: a libc call per 8-byte value cost more than the
 // copy, and the bytes past the value's length are overwritten by the next value or cut off at values_size.

@@ -56,12 +56,12 @@ Server::Server(const ServerOptions& options) : options_(options) {
   spdlog::info("listening on port {} (metrics on port {}); building the table", port_, metrics_->port());
 
   table_ = std::make_unique<Table>(options_.table);
+  const TableStats stats = table_->stats();
+  metrics_->on_table(stats, 0);  // before the batcher's thread takes over the metrics
   batcher_ = std::make_unique<Batcher>(
       *table_, options_.batcher,
       [this](const BatchReport& report) { metrics_->on_batch(report, batcher_->queued_ops()); },
       [this](const TableStats& stats, std::size_t ops) { service_->update_stats(stats, ops); });
-  const TableStats stats = table_->stats();
-  metrics_->on_table(stats, 0);
   service_->attach(batcher_.get(), stats, to_string(table_->backend()), table_->device_name());
   set_health(*grpc_, true);
   spdlog::info("serving: backend {} ({}), key width {} B, value width {} B, capacity {} slots ({} keys at the maximum load)",

@@ -75,6 +75,22 @@ GPUKV_HD_INLINE unsigned long long append_index(unsigned long long* count) {
 #endif
 }
 
+// append_index for threads of a warp that may append to different lists: those appending to the same one
+// take one atomic between them (matching the lists costs a warp instruction that append_index saves).
+GPUKV_HD_INLINE unsigned long long append_index_to(unsigned long long* count) {
+#if defined(__CUDA_ARCH__)
+  unsigned lane;
+  asm("mov.u32 %0, %%laneid;" : "=r"(lane));
+  const unsigned peers = __match_any_sync(__activemask(), reinterpret_cast<unsigned long long>(count));
+  const int leader = __ffs(static_cast<int>(peers)) - 1;
+  unsigned long long base = 0;
+  if (static_cast<int>(lane) == leader) base = atomicAdd(count, static_cast<unsigned long long>(__popc(peers)));
+  return __shfl_sync(peers, base, leader) + static_cast<unsigned>(__popc(peers & ((1u << lane) - 1u)));
+#else
+  return atomic_ref<unsigned long long>(*count).fetch_add(1, memory_order_relaxed);
+#endif
+}
+
 GPUKV_HD_INLINE std::uint64_t rotl64(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 }  // namespace gpukv::detail
