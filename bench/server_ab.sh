@@ -14,7 +14,8 @@ secs=${SECS:-5}
 port=${PORT:-50089}
 target=--target=127.0.0.1:$port
 err=$(mktemp)
-trap 'rm -f "$err"' EXIT
+server=
+trap 'rm -f "$err"; [[ -z $server ]] || kill "$server" 2>/dev/null || true' EXIT  # a failed line stops the server too
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime of the server
 mallocs() {  # the server's malloc count now
   kill -USR1 "$1"
@@ -48,5 +49,6 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
     done
     kill -TERM $server
     wait $server || true
+    server=
   done
 done

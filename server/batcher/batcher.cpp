@@ -262,7 +262,7 @@ void Batcher::prefetch(StagedBatch& batch) {
 
 void Batcher::submit(Call call) {
   const std::size_t n = call.ops.count;
-  if (n > config_.max_queued_ops) {  // before sizing its results: they would never be used
+  if (n > config_.max_queued_ops) {  // could never be queued
     call.done(CallCode::kResourceExhausted, "the call has more operations than the queue holds");
     return;
   }
@@ -520,8 +520,8 @@ void Batcher::execute_loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
     batch_ready_.wait(lock, [&] { return (!closed_.empty() && closed_.front()->ready) || !reports_.empty() || stopping_; });
-    // Reports of answered batches go out here, between executions, so that on_batch (which reads the table's
-    // stats) never waits for one.
+    // Reports of answered batches go out here, between executions, so that on_batch (which updates the
+    // metrics) never waits for one.
     while (!reports_.empty()) {
       const BatchReport report = reports_.front();
       reports_.pop_front();

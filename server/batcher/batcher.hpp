@@ -145,6 +145,8 @@ class Batcher {
   // Operations waiting for their batch to close (queued, or in the filling batch). The queue bound applies
   // to these.
   std::size_t queued_ops() const;
+  // The queue bound: a call with more ops is always refused.
+  std::size_t max_queued_ops() const { return config_.max_queued_ops; }
 
  private:
   struct CallState;

@@ -98,6 +98,7 @@ void KvService::attach(Batcher* batcher, const TableStats& stats, std::string ba
     device_ = std::move(device);
   }
   update_stats(stats, 0);
+  max_call_ops_.store(batcher->max_queued_ops());
   batcher_.store(batcher);
 }
 
@@ -113,10 +114,18 @@ void KvService::count(const char* method, const grpc::Status& status) {
   if (on_request_) on_request_(method, status.error_code());
 }
 
+constexpr const char* kStartingOrDraining = "the server is starting or draining";
+
+std::optional<KvService::Refusal> KvService::refusal(std::size_t count) const {
+  if (batcher_.load() == nullptr) return Refusal{CallCode::kUnavailable, kStartingOrDraining};
+  if (count > max_call_ops_.load()) return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
+  return std::nullopt;
+}
+
 void KvService::run(CallOps ops, CallResults* results, Clock::time_point deadline, Done done) {
   Batcher* batcher = batcher_.load();
   if (batcher == nullptr) {
-    done(CallCode::kUnavailable, "the server is starting or draining");
+    done(CallCode::kUnavailable, kStartingOrDraining);
     return;
   }
   Call call;
@@ -188,6 +197,14 @@ grpc::ServerUnaryReactor* KvService::reject(const char* method, grpc::CallbackSe
   return reactor;
 }
 
+grpc::ServerUnaryReactor* KvService::refuse(const char* method, grpc::CallbackServerContext* ctx, const Refusal& refusal) {
+  const grpc::Status status = status_of(refusal.code, refusal.message);
+  count(method, status);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) {
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
     return reject("Get", ctx, e);
@@ -237,6 +254,7 @@ grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchGet", ctx, "malformed request: " + e);
   }
+  if (const auto r = refusal(ops.count)) return refuse("BatchGet", ctx, *r);
   return unary("BatchGet", ctx, ops, results_in(ops, value_width_, *resp), [resp](CallResults& r) {
     resp->mutable_values()->resize(r.values_size);
     return grpc::Status::OK;
@@ -250,6 +268,7 @@ grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
     return reject("BatchPut", ctx, "malformed request: " + e);
   }
+  if (const auto r = refusal(ops.count)) return refuse("BatchPut", ctx, *r);
   return unary("BatchPut", ctx, ops, results_in(ops, value_width_, *resp), [](CallResults&) { return grpc::Status::OK; });
 }
 
@@ -259,6 +278,7 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchDelete", ctx, "malformed request: " + e);
   }
+  if (const auto r = refusal(ops.count)) return refuse("BatchDelete", ctx, *r);
   return unary("BatchDelete", ctx, ops, results_in(ops, value_width_, *resp), [](CallResults&) { return grpc::Status::OK; });
 }
 
@@ -375,23 +395,37 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       respond(item);
       return;
     }
+    if (const auto r = service_.refusal(ops.count)) {  // before the response is sized for it
+      fail(item, status_of(r->code, r->message));
+      return;
+    }
     item->results = results_in(ops, service_.value_width(), item->response);
     service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](CallCode code, std::string_view message) {
-      const grpc::Status status = status_of(code, message);
-      service_.count("Stream", status);
-      v1::StreamResponse& response = item->response;
-      if (status.ok()) {
-        response.mutable_values()->resize(item->results.values_size);
-      } else {  // queue full, deadline, draining: every op of this request fails, the stream goes on
-        response.set_results(std::string(item->request.ops().size(), static_cast<char>(OpStatus::kFull)));
-        response.clear_values();
-        response.mutable_value_lengths()->Resize(static_cast<int>(item->request.ops().size()), 0);
-        std::fill(response.mutable_value_lengths()->begin(), response.mutable_value_lengths()->end(), 0u);
-        std::lock_guard lock(mutex_);
-        if (first_error_.ok()) first_error_ = status;
+      if (code != CallCode::kOk) {
+        fail(item, status_of(code, message));
+        return;
       }
+      service_.count("Stream", grpc::Status::OK);
+      item->response.mutable_values()->resize(item->results.values_size);
       respond(item);
     });
+  }
+
+  // A request the server could not run (queue full, its deadline passed, draining): every op fails, the
+  // stream goes on, and its final status is the first such failure.
+  void fail(const std::shared_ptr<Item>& item, const grpc::Status& status) {
+    service_.count("Stream", status);
+    v1::StreamResponse& response = item->response;
+    const std::size_t ops = item->request.ops().size();
+    response.set_results(std::string(ops, static_cast<char>(OpStatus::kFull)));
+    response.clear_values();
+    response.mutable_value_lengths()->Resize(static_cast<int>(ops), 0);
+    std::fill(response.mutable_value_lengths()->begin(), response.mutable_value_lengths()->end(), 0u);
+    {
+      std::lock_guard lock(mutex_);
+      if (first_error_.ok()) first_error_ = status;
+    }
+    respond(item);
   }
 
   void respond(const std::shared_ptr<Item>& item) {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "batcher/batcher.hpp"
@@ -46,9 +47,17 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   // unary Put that meets a full table ends RESOURCE_EXHAUSTED although its batch ran), before it finishes
   // it. Public for the stream reactor.
   using Done = std::function<void(CallCode code, std::string_view message)>;
+  struct Refusal {
+    CallCode code;
+    const char* message;
+  };
   void run(CallOps ops, CallResults* results, Clock::time_point deadline, Done done);
   // Counts one finished call for the metrics (on_request).
   void count(const char* method, const grpc::Status& status);
+  // Why a call of `count` ops cannot be taken now (no batcher attached, or more ops than the queue holds),
+  // asked before its response is sized for it: a refused call would size it for nothing, and only the
+  // message size limit bounds its count. Empty if it can be taken.
+  std::optional<Refusal> refusal(std::size_t count) const;
 
   std::uint32_t key_width() const { return key_width_; }
   std::uint32_t value_width() const { return value_width_; }
@@ -56,6 +65,8 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
  private:
   // Finishes a call with INVALID_ARGUMENT (and counts it).
   grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
+  // Finishes a call with a refusal's status (and counts it).
+  grpc::ServerUnaryReactor* refuse(const char* method, grpc::CallbackServerContext* ctx, const Refusal& refusal);
   // Submits a unary call whose results go to `results` (its response's fields); respond(results) finishes
   // the response and gives the call's status. A single-key call (count 1) passes null length columns and a
   // null result and value length: the call keeps those itself.
@@ -67,6 +78,7 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   const std::uint32_t value_width_;
   const std::function<void(const char*, grpc::StatusCode)> on_request_;
   std::atomic<Batcher*> batcher_{nullptr};
+  std::atomic<std::size_t> max_call_ops_{0};  // the attached batcher's queue bound
 
   std::mutex stats_mutex_;  // guards the snapshot below
   TableStats table_stats_;

@@ -64,7 +64,7 @@ class Metrics {
   prometheus::Counter& host_reads_;
   prometheus::Counter& host_writes_;
   prometheus::Counter& host_avoided_;
-  TableStats last_{};  // as of the previous on_batch
+  TableStats last_{};  // as of the previous on_table
   prometheus::Exposer exposer_;
 };
 

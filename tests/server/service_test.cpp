@@ -155,9 +155,11 @@ TEST_F(ServiceTest, BatchCallsAnswerInRequestOrderAndTheLastPutWins) {
   v1::BatchGetResponse get_resp;
   ASSERT_TRUE(stub_->BatchGet(context().get(), gets, &get_resp).ok());
   ASSERT_EQ(get_resp.results().size(), 510u);
+  ASSERT_EQ(get_resp.value_lengths_size(), 510);
   std::size_t offset = 0;
   for (int i = 0; i < 510; ++i) {
     const std::uint32_t len = get_resp.value_lengths(i);
+    if (i >= 500) EXPECT_EQ(len, 0u) << "a miss has no value";
     const std::string v = get_resp.values().substr(offset, len);
     offset += len;
     if (i >= 500) {
@@ -167,6 +169,7 @@ TEST_F(ServiceTest, BatchCallsAnswerInRequestOrderAndTheLastPutWins) {
       EXPECT_EQ(v, i == 7 ? "last" : "value" + std::to_string(i));
     }
   }
+  EXPECT_EQ(offset, get_resp.values().size()) << "the values hold exactly the found ones";
 
   v1::BatchDeleteRequest dels;
   add_key(*dels.mutable_keys(), dels.mutable_key_lengths(), "key1");
@@ -259,6 +262,73 @@ TEST_F(ServiceTest, ACallWhoseDeadlinePassesWhileQueuedIsNotApplied) {
   bool found = true;
   std::string value;
   ASSERT_TRUE(get("late", &found, &value).ok());
+  EXPECT_FALSE(found);
+}
+
+// A call larger than a batch is answered from several batches (its values packed once all are in), with
+// misses among its keys.
+TEST_F(ServiceTest, ABatchGetSpanningBatchesPacksItsValuesInKeyOrder) {
+  ServerOptions o = small_server(16384);
+  o.batcher.batch_size = 512;
+  start(o);
+  v1::BatchPutRequest puts;
+  for (int i = 0; i < 3000; i += 3) {  // every third key
+    add_key(*puts.mutable_keys(), puts.mutable_key_lengths(), "span" + std::to_string(i));
+    const std::string v = "v" + std::to_string(i);
+    puts.mutable_values()->append(v);
+    puts.add_value_lengths(static_cast<std::uint32_t>(v.size()));
+  }
+  v1::BatchPutResponse put_resp;
+  ASSERT_TRUE(stub_->BatchPut(context().get(), puts, &put_resp).ok());
+  v1::BatchGetRequest gets;
+  for (int i = 0; i < 3000; ++i) add_key(*gets.mutable_keys(), gets.mutable_key_lengths(), "span" + std::to_string(i));
+  v1::BatchGetResponse resp;
+  ASSERT_TRUE(stub_->BatchGet(context().get(), gets, &resp).ok());
+  ASSERT_EQ(resp.results().size(), 3000u);
+  ASSERT_EQ(resp.value_lengths_size(), 3000);
+  std::string expected_values;
+  for (int i = 0; i < 3000; ++i) {
+    const bool present = i % 3 == 0;
+    EXPECT_EQ(resp.results()[i], present ? v1::RESULT_OK : v1::RESULT_NOT_FOUND) << i;
+    const std::string v = present ? "v" + std::to_string(i) : "";
+    EXPECT_EQ(resp.value_lengths(i), v.size()) << i;
+    expected_values += v;
+  }
+  EXPECT_EQ(resp.values(), expected_values);
+}
+
+// A call with more ops than the queue holds is refused before its response is sized for it: here, sizing it
+// would take 1 M values of 64 KiB (64 GiB).
+TEST_F(ServiceTest, ACallLargerThanTheQueueIsRefusedBeforeItsResponseIsSized) {
+  ServerOptions o = small_server(64);
+  o.table.value_width = 65536;
+  o.batcher.batch_size = 4;
+  o.batcher.max_queued_ops = 1000;
+  start(o);
+  constexpr int kOps = 1 << 20;
+  v1::BatchGetRequest big;
+  big.mutable_keys()->assign(kOps, 'k');
+  big.mutable_key_lengths()->Resize(kOps, 1);
+  v1::BatchGetResponse resp;
+  EXPECT_EQ(stub_->BatchGet(context().get(), big, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  grpc::ClientContext ctx;
+  auto stream = stub_->Stream(&ctx);
+  v1::StreamRequest req;
+  req.set_id(1);
+  req.mutable_ops()->assign(kOps, static_cast<char>(v1::OP_GET));
+  req.set_keys(big.keys());
+  *req.mutable_key_lengths() = big.key_lengths();
+  ASSERT_TRUE(stream->Write(req));
+  stream->WritesDone();
+  v1::StreamResponse answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(answer.id(), 1u);
+  EXPECT_EQ(answer.results(), std::string(kOps, static_cast<char>(v1::RESULT_FULL)));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  bool found = true;
+  std::string value;
+  ASSERT_TRUE(get("k", &found, &value).ok());  // the server is still serving
   EXPECT_FALSE(found);
 }
 
