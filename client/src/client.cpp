@@ -1,5 +1,7 @@
 #include "gpukv/client.hpp"
 
+#include "result_columns.hpp"
+
 #include <grpcpp/generic/generic_stub.h>
 
 #include <condition_variable>
@@ -24,9 +26,13 @@ std::shared_ptr<grpc::ChannelCredentials> credentials(const ClientOptions& o) {
 }
 
 // One Result byte per key, as the batch calls return them.
-void unpack_results(const std::string& packed, std::vector<v1::Result>* results) {
+grpc::Status unpack_results(std::size_t ops, const std::string& packed, std::vector<v1::Result>* results) {
+  if (std::string e = check_result_columns(ops, packed); !e.empty()) {
+    return {grpc::StatusCode::INTERNAL, "malformed response: " + e};
+  }
   results->clear();
   for (char r : packed) results->push_back(static_cast<v1::Result>(r));
+  return grpc::Status::OK;
 }
 
 // gRPC's default 4 MiB limit on received messages would fail a large BatchGet; the server allows 256 MiB.
@@ -126,6 +132,9 @@ grpc::Status Client::batch_get(const std::vector<std::string>& keys, std::vector
   v1::BatchGetResponse resp;
   grpc::Status s = batch_get(req, &resp);
   if (!s.ok()) return s;
+  if (std::string e = check_result_columns(keys.size(), resp.results(), resp.value_lengths(), resp.values()); !e.empty()) {
+    return {grpc::StatusCode::INTERNAL, "malformed response: " + e};
+  }
   results->clear();
   results->reserve(static_cast<std::size_t>(resp.value_lengths_size()));
   std::size_t offset = 0;
@@ -149,7 +158,7 @@ grpc::Status Client::batch_put(const std::vector<std::pair<std::string, std::str
   }
   v1::BatchPutResponse resp;
   grpc::Status s = batch_put(req, &resp);
-  if (s.ok()) unpack_results(resp.results(), results);
+  if (s.ok()) s = unpack_results(entries.size(), resp.results(), results);
   return s;
 }
 
@@ -158,7 +167,7 @@ grpc::Status Client::batch_delete(const std::vector<std::string>& keys, std::vec
   pack_keys(keys, req.mutable_keys(), req.mutable_key_lengths());
   v1::BatchDeleteResponse resp;
   grpc::Status s = batch_delete(req, &resp);
-  if (s.ok()) unpack_results(resp.results(), results);
+  if (s.ok()) s = unpack_results(keys.size(), resp.results(), results);
   return s;
 }
 

@@ -1,5 +1,7 @@
 #include "gpukv/stream.hpp"
 
+#include "result_columns.hpp"
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -40,23 +42,12 @@ void OpGroup::reserve(std::size_t ops, std::size_t key_bytes, std::size_t value_
 }
 
 std::string GroupResult::adopt(v1::StreamResponse&& response, std::size_t ops) {
-  if (response.results().size() != ops) {
-    return std::to_string(response.results().size()) + " results for a group of " + std::to_string(ops) + " ops";
-  }
+  std::string error = check_result_columns(ops, response.results(), response.value_lengths(), response.values());
+  if (!error.empty()) return error;
   // A response without value lengths (no GET found anything) is as valid as one with a zero per op.
-  const bool lengths = response.value_lengths_size() != 0;
-  if (lengths && static_cast<std::size_t>(response.value_lengths_size()) != ops) {
-    return std::to_string(response.value_lengths_size()) + " value_lengths for a group of " + std::to_string(ops) + " ops";
-  }
   offsets_.assign(ops + 1, 0);
-  std::uint64_t end = 0;
-  for (std::size_t i = 0; i < ops; ++i) {
-    end += lengths ? response.value_lengths(static_cast<int>(i)) : 0;
-    if (end > response.values().size()) break;
-    offsets_[i + 1] = static_cast<std::uint32_t>(end);
-  }
-  if (end != response.values().size()) {
-    return "value_lengths add up to " + std::to_string(end) + " bytes, values has " + std::to_string(response.values().size());
+  for (int i = 0; i < response.value_lengths_size(); ++i) {
+    offsets_[static_cast<std::size_t>(i) + 1] = offsets_[static_cast<std::size_t>(i)] + response.value_lengths(i);
   }
   response_ = std::move(response);
   return {};

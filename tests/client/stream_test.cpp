@@ -301,10 +301,28 @@ TEST(ClientStream, AServerDrainingMidStreamRefusesGroupsAndEndsTheStreamUnavaila
   for (const std::string& u : unexpected) ADD_FAILURE() << u;
 }
 
-// A server that answers every stream request wrongly: with an id nobody sent, or with too few results.
+// A server that answers every stream request wrongly: with an id nobody sent, or with too few results. Its
+// batch calls answer with one result too few (BatchPut), or with value lengths that do not add up to the
+// values (BatchGet).
 class WrongServer final : public v1::KeyValue::CallbackService {
  public:
   explicit WrongServer(bool wrong_id) : wrong_id_(wrong_id) {}
+  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const v1::BatchGetRequest* req,
+                                     v1::BatchGetResponse* resp) override {
+    resp->set_results(std::string(static_cast<std::size_t>(req->key_lengths_size()), '\0'));
+    resp->mutable_value_lengths()->Resize(req->key_lengths_size(), 100);
+    resp->set_values("short");
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const v1::BatchPutRequest* req,
+                                     v1::BatchPutResponse* resp) override {
+    resp->set_results(std::string(static_cast<std::size_t>(req->key_lengths_size()) - 1, '\0'));
+    auto* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
   grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(grpc::CallbackServerContext*) override {
     class Reactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
      public:
@@ -364,8 +382,27 @@ TEST(ClientStream, AMalformedResponseFailsItsGroup) {
   const grpc::Status end = run_against_wrong_server(/*wrong_id=*/false, &group_status);
   EXPECT_TRUE(end.ok()) << end.error_message();
   EXPECT_EQ(group_status.error_code(), grpc::StatusCode::INTERNAL);
-  EXPECT_NE(group_status.error_message().find("0 results for a group of 2 ops"), std::string::npos)
+  EXPECT_NE(group_status.error_message().find("0 results for 2 ops"), std::string::npos)
       << group_status.error_message();
+}
+
+TEST(ClientBatch, AMalformedResponseIsAnErrorNotARead) {
+  WrongServer service(false);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  Client client(options_for(port));
+  std::vector<KeyResult> got;
+  const grpc::Status get = client.batch_get({"a", "b"}, &got);
+  EXPECT_EQ(get.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(get.error_message().find("value_lengths add up to 200 bytes, values has 5"), std::string::npos) << get.error_message();
+  std::vector<v1::Result> put;
+  const grpc::Status status = client.batch_put({{"a", "1"}, {"b", "2"}}, false, &put);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INTERNAL);
+  EXPECT_NE(status.error_message().find("1 results for 2 ops"), std::string::npos) << status.error_message();
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
 }
 
 }  // namespace
