@@ -136,10 +136,10 @@ grpc::Status Client::batch_get(const std::vector<std::string>& keys, std::vector
     return {grpc::StatusCode::INTERNAL, "malformed response: " + e};
   }
   results->clear();
-  results->reserve(static_cast<std::size_t>(resp.value_lengths_size()));
+  results->reserve(keys.size());
   std::size_t offset = 0;
-  for (int i = 0; i < resp.value_lengths_size(); ++i) {
-    const std::uint32_t len = resp.value_lengths(i);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::uint32_t len = resp.value_lengths().empty() ? 0 : resp.value_lengths(static_cast<int>(i));
     results->push_back(KeyResult{static_cast<v1::Result>(resp.results()[i]), resp.values().substr(offset, len)});
     offset += len;
   }
