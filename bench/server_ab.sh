@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Server builds or settings side by side on this machine, alternating for ROUNDS rounds (default 3): per
-# variant, a unary GET line and a 100-key BatchGet line (64 callers, SECS seconds each, default 5) with the
+# variant, a unary GET line and a 100-key BatchGet line (64 callers, SECS seconds each, default 5; WORKLOADS,
+# gpukv-load flags with lines separated by ";", replaces them) with the
 # server's CPU time per call (from /proc) and its allocations per call (bench/malloc_count.so preloaded), two
 # figures that move less than the rate with the VM's changing speed. A variant is "name=binary flags...":
 #   bash bench/server_ab.sh "base=/tmp/gpukv-server.base" "new=build/server/gpukv-server"
@@ -34,7 +35,8 @@ for round in $(seq 1 "${ROUNDS:-3}"); do
     sleep 1.5
     "$load" "$target" --seconds=2 --keys=1000000 --mode=batch --batch=1000 --callers=16 --get=0 --put=1 >/dev/null 2>&1
     "$load" "$target" --seconds=1 --keys=1000000 --mode=unary --callers=64 --get=1 --put=0 >/dev/null 2>&1
-    for workload in "--mode=unary --callers=64" "--mode=batch --batch=100 --callers=64"; do
+    IFS=';' read -r -a workloads <<<"${WORKLOADS:---mode=unary --callers=64;--mode=batch --batch=100 --callers=64}"
+    for workload in "${workloads[@]}"; do
       ticks=$(cpu_ticks $server)
       before=$(mallocs $server)
       # shellcheck disable=SC2086
