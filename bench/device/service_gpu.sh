@@ -55,7 +55,7 @@ ceiling() {
   "$bundle/bin/transport_ceiling_server" --listen=127.0.0.1:"$port" "$@" >>"$out/server.log" 2>&1 &
   server=$!
   sleep 1
-  echo "# transport_ceiling_server $*" | tee -a "$log"
+  echo "# transport_ceiling_server${*:+ $*}" | tee -a "$log"
   t=--target=127.0.0.1:$port
   load $t --keys=16000000 --mode=unary --callers=128 --get=1 --put=0
   load $t --keys=16000000 --mode=batch --batch=100 --callers=128 --get=1 --put=0

@@ -351,13 +351,18 @@ class WrongServer final : public v1::KeyValue::CallbackService {
   const bool wrong_id_;
 };
 
+// Serves `service` on a free port of 127.0.0.1 (written to *port).
+std::unique_ptr<grpc::Server> serve(grpc::Service& service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(&service);
+  return builder.BuildAndStart();
+}
+
 grpc::Status run_against_wrong_server(bool wrong_id, grpc::Status* group_status) {
   WrongServer service(wrong_id);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
+  auto server = serve(service, &port);
   Client client(options_for(port));
   auto stream = client.stream();
   OpGroup group;
@@ -388,11 +393,8 @@ TEST(ClientStream, AMalformedResponseFailsItsGroup) {
 
 TEST(ClientBatch, AMalformedResponseIsAnErrorNotARead) {
   WrongServer service(false);
-  grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  auto server = builder.BuildAndStart();
+  auto server = serve(service, &port);
   Client client(options_for(port));
   std::vector<KeyResult> got;
   const grpc::Status get = client.batch_get({"a", "b"}, &got);
