@@ -20,8 +20,14 @@ namespace cpu {
 
 class CpuExecutor {
  public:
-  // Ops per chunk handed to a thread: large enough to amortise the hand-off, small enough to balance.
+  // Ops per chunk handed to a thread by the steps that probe the table: large enough to amortise the
+  // hand-off, small enough to balance.
   static constexpr std::uint64_t kGrain = 2048;
+  // The other steps of a pass (clearing the grouping table, which has at least twice as many entries as the
+  // pass has ops; validating and grouping ops; settling tickets) cost a few nanoseconds an item: a pass of a
+  // few thousand ops runs them on the calling thread rather than wake a worker for them. (Clean-up steps
+  // run over whole tiers, millions of items, and split either way.)
+  static constexpr std::uint64_t kLightGrain = 8192;
 
   CpuExecutor(ThreadPool& pool, Counters* counters) : pool_(pool), counters_(counters) {}
 
@@ -33,7 +39,8 @@ class CpuExecutor {
   // object has prefetch(i, stage) (the probing steps) gets it run ahead of each op.
   template <class F>
   void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
-    pool_.parallel_for(n, kGrain, [&](std::uint64_t begin, std::uint64_t end) {
+    constexpr std::uint64_t grain = requires { F::kProbes; } ? kGrain : kLightGrain;
+    pool_.parallel_for(n, grain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;
       if constexpr (requires { f.prefetch(begin, 0); }) {
         constexpr std::uint64_t d = kPrefetchDistance;

@@ -20,6 +20,9 @@ bool spin_until(const Done& done) {
   }
 }
 
+// The chunk count and the next chunk share the cursor word, 32 bits each.
+constexpr std::uint64_t kMaxChunks = 0xFFFFFFFFu;
+
 }  // namespace
 
 ThreadPool::ThreadPool(unsigned threads) {
@@ -43,10 +46,19 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_chunks() {
+  std::uint64_t word = cursor_.load(std::memory_order_acquire);
   for (;;) {
-    const std::uint64_t begin = next_.fetch_add(grain_, std::memory_order_relaxed);
-    if (begin >= n_) return;
+    const std::uint64_t count = word >> 32, next = word & kMaxChunks;
+    if (next >= count) return;
+    // On failure `word` is reloaded: another thread claimed a chunk, or the loop changed.
+    if (!cursor_.compare_exchange_weak(word, word + 1, std::memory_order_acquire, std::memory_order_acquire)) continue;
+    const std::uint64_t begin = next * grain_;
     (*body_)(begin, std::min(n_, begin + grain_));
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
+      std::lock_guard lock(mutex_);  // the caller sets caller_sleeping_ and checks chunks_done_ under the mutex
+      if (caller_sleeping_) finished_.notify_one();
+    }
+    word = cursor_.load(std::memory_order_acquire);
   }
 }
 
@@ -58,11 +70,13 @@ void ThreadPool::parallel_for(std::uint64_t n, std::uint64_t grain,
     body(0, n);
     return;
   }
+  grain = std::max(grain, (n + kMaxChunks - 1) / kMaxChunks);
+  const std::uint64_t chunks = (n + grain - 1) / grain;
   body_ = &body;
   n_ = n;
   grain_ = grain;
-  next_.store(0, std::memory_order_relaxed);
-  busy_.store(static_cast<unsigned>(workers_.size()), std::memory_order_relaxed);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  cursor_.store(chunks << 32, std::memory_order_release);  // the loop's fields above go with it
   bool wake;
   {
     // Under the mutex, so that a worker about to block either sees the new generation or is counted.
@@ -72,14 +86,14 @@ void ThreadPool::parallel_for(std::uint64_t n, std::uint64_t grain,
   }
   if (wake) wake_.notify_all();
   run_chunks();
-  const auto workers_done = [this] { return busy_.load(std::memory_order_acquire) == 0; };
-  if (!spin_until(workers_done)) {
+  // Every chunk is claimed; wait for those other threads are still running.
+  const auto all_done = [&] { return chunks_done_.load(std::memory_order_acquire) == chunks; };
+  if (!spin_until(all_done)) {
     std::unique_lock lock(mutex_);
     caller_sleeping_ = true;
-    finished_.wait(lock, workers_done);
+    finished_.wait(lock, all_done);
     caller_sleeping_ = false;
   }
-  body_ = nullptr;
 }
 
 void ThreadPool::work_loop() {
@@ -96,11 +110,7 @@ void ThreadPool::work_loop() {
     }
     if (stop_.load()) return;
     seen = generation_.load(std::memory_order_acquire);
-    run_chunks();
-    if (busy_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard lock(mutex_);  // the caller sets caller_sleeping_ and checks busy_ under the mutex
-      if (caller_sleeping_) finished_.notify_one();
-    }
+    run_chunks();  // finds nothing if the other threads have claimed every chunk already
   }
 }
 
