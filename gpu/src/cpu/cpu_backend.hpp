@@ -35,21 +35,28 @@ class CpuExecutor {
   // cover a cache miss to DRAM with the work of the ops in between.
   static constexpr std::uint64_t kPrefetchDistance = 8;
 
-  // `gpu_threads` narrows a GPU launch; host threads have no such window to narrow. A step whose function
-  // object has prefetch(i, stage) (the probing steps) gets it run ahead of each op.
+  // `gpu_threads` narrows a GPU launch; host threads have no such window to narrow. A step that plans its
+  // ops (the probing step: F::Planned, plan(i), prefetch(i, planned, stage)) gets each op's prefetches run
+  // ahead of it, from a plan worked out once per op and kept in a ring until the op runs.
   template <class F>
   void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
     constexpr std::uint64_t grain = requires { F::kProbes; } ? kGrain : kLightGrain;
     pool_.parallel_for(n, grain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;
-      if constexpr (requires { f.prefetch(begin, 0); }) {
+      if constexpr (requires { typename F::Planned; }) {
         constexpr std::uint64_t d = kPrefetchDistance;
-        for (std::uint64_t i = begin; i < std::min(begin + 2 * d, end); ++i) f.prefetch(i, 0);
-        for (std::uint64_t i = begin; i < std::min(begin + d, end); ++i) f.prefetch(i, 1);
+        constexpr std::uint64_t ring = 4 * d;  // holds an op from its stage 0 (2d ahead) until it runs
+        typename F::Planned planned[ring];
+        const auto stage0 = [&](std::uint64_t i) {
+          planned[i % ring] = f.plan(i);
+          f.prefetch(i, planned[i % ring], 0);
+        };
+        for (std::uint64_t i = begin; i < std::min(begin + 2 * d, end); ++i) stage0(i);
+        for (std::uint64_t i = begin; i < std::min(begin + d, end); ++i) f.prefetch(i, planned[i % ring], 1);
         for (std::uint64_t i = begin; i < end; ++i) {
-          if (i + 2 * d < end) f.prefetch(i + 2 * d, 0);
-          if (i + d < end) f.prefetch(i + d, 1);
-          f(i, tally);
+          if (i + 2 * d < end) stage0(i + 2 * d);
+          if (i + d < end) f.prefetch(i + d, planned[(i + d) % ring], 1);
+          f(i, planned[i % ring], tally);
         }
       } else {
         for (std::uint64_t i = begin; i < end; ++i) f(i, tally);

@@ -122,8 +122,7 @@ struct Engine {
   // op at a time, so CpuExecutor issues these a few ops ahead to keep several ops' misses in flight.
   // Stage 0: the key's first board word. Stage 1, issued once stage 0 has had time to land: the slots whose
   // tickets in that word carry the key's info code (the slot a hit will compare against).
-  void prefetch_walk(const KeyWords& key, int stage) const {
-    const ProbePlan plan = plan_probe(hash_key(key, table.key_words), table.units);
+  void prefetch_walk(const ProbePlan& plan, int stage) const {
     const std::uint64_t word = table.word_of(plan.first);
     if (stage == 0) {
       __builtin_prefetch(table.board.words + word);

@@ -104,22 +104,30 @@ struct ExecuteOp {
   // answered) or one that shares its key with other ops of the pass (deferred).
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
     const std::uint32_t entry = e.pass.group_of[op];
-    if (entry == kNoGroup) {
-      e.pass.pending[op] = kNothingPending;
-      return false;
-    }
+    if (entry == kNoGroup) return settled(op);
     // The key's first board word is fetched together with its group entry: most ops are alone in their
     // group and go straight on to the walk.
     const KeyWords key = batch_key(e.table, e.batch, op);
-    const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
-    const std::uint64_t tickets = e.first_tickets(plan);
-    if (entry != kUngrouped && group_shared(e.pass.groups, entry)) {
-      e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
-      return false;
-    }
-    p = e.start(key, plan, tickets);
-    return true;
+    return begin_walk(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
   }
+
+  // Host threads only (CpuExecutor): an op's key and probe plan, worked out at the op's first prefetch stage
+  // and kept until it runs, so that the key is loaded and hashed once rather than at every stage.
+  struct Planned {
+    KeyWords key;
+    ProbePlan plan;
+  };
+  Planned plan(std::uint64_t op) const {
+    const KeyWords key = batch_key(e.table, e.batch, op);
+    return Planned{key, plan_probe(hash_key(key, e.table.key_words), e.table.units)};
+  }
+  // begin() with the op's Planned.
+  bool begin(std::uint64_t op, const Planned& planned, Probe& p) const {
+    const std::uint32_t entry = e.pass.group_of[op];
+    if (entry == kNoGroup) return settled(op);
+    return begin_walk(op, entry, planned.key, planned.plan, p);
+  }
+
   GPUKV_HD_INLINE bool step(Probe& p, Tally& tally) const { return e.template step<kWithHost>(p, tally); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
@@ -140,16 +148,40 @@ struct ExecuteOp {
     return p.at.to_host || (!p.at.hit && inserts && e.host.units != 0 && e.device_full());
   }
 
-  // Host threads only (CpuExecutor runs it a few ops ahead): Engine::prefetch_walk for op's key.
-  void prefetch(std::uint64_t op, int stage) const {
-    if (e.pass.group_of[op] != kNoGroup) e.prefetch_walk(batch_key(e.table, e.batch, op), stage);
+  // Host threads only (CpuExecutor runs it a few ops ahead): Engine::prefetch_walk for op's plan.
+  void prefetch(std::uint64_t op, const Planned& planned, int stage) const {
+    if (e.pass.group_of[op] != kNoGroup) e.prefetch_walk(planned.plan, stage);
   }
 
-  // Stash: one walk per thread. The op's kind and value are loaded before the walk, so that their latency
-  // hides behind it rather than following the claim.
+  // Stash: one walk per thread.
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     Probe p;
-    if (!begin(op, p)) return;
+    if (begin(op, p)) walk(op, p, tally);
+  }
+  // The same for an op CpuExecutor has planned.
+  void operator()(std::uint64_t op, const Planned& planned, Tally& tally) const {
+    Probe p;
+    if (begin(op, planned, p)) walk(op, p, tally);
+  }
+
+ private:
+  GPUKV_HD_INLINE bool settled(std::uint64_t op) const {
+    e.pass.pending[op] = kNothingPending;
+    return false;
+  }
+  GPUKV_HD_INLINE bool begin_walk(std::uint64_t op, std::uint32_t entry, const KeyWords& key, const ProbePlan& plan,
+                                  Probe& p) const {
+    const std::uint64_t tickets = e.first_tickets(plan);
+    if (entry != kUngrouped && group_shared(e.pass.groups, entry)) {
+      e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
+      return false;
+    }
+    p = e.start(key, plan, tickets);
+    return true;
+  }
+  // Walks a begun op to its end and applies it. The op's kind and value are loaded before the walk, so that
+  // their latency hides behind it rather than following the claim.
+  GPUKV_HD_INLINE void walk(std::uint64_t op, Probe& p, Tally& tally) const {
     const OpIn in = load_op(e.batch, op);
     while (!step(p, tally)) {
     }
