@@ -86,7 +86,7 @@ void ThreadPool::parallel_for(std::uint64_t n, std::uint64_t grain,
   }
   if (wake) wake_.notify_all();
   run_chunks();
-  // Every chunk is claimed; wait for those other threads are still running.
+  // Every chunk is claimed: wait for the ones other threads are still running.
   const auto all_done = [&] { return chunks_done_.load(std::memory_order_acquire) == chunks; };
   if (!spin_until(all_done)) {
     std::unique_lock lock(mutex_);
