@@ -34,8 +34,8 @@ paste <(echo "$before") <(echo "$after") | awk '{v[$1] = $4 - $2}
     printf "  batches=%d ops_per_batch=%.0f", n, v["gpukv_batch_size_ops_sum"] / n
     split("queue_delay batch_staging batch_execution batch_answer", names, " ")
     for (i = 1; i <= 4; ++i) {
-      k = names[i] == "queue_delay" ? "gpukv_queue_delay_seconds_sum" : "gpukv_" names[i] "_seconds_sum"
-      printf " %s_us=%.0f", names[i], v[k] / v[k == "gpukv_queue_delay_seconds_sum" ? "gpukv_queue_delay_seconds_count" : "gpukv_" names[i] "_seconds_count"] * 1e6
+      m = "gpukv_" names[i] "_seconds"
+      printf " %s_us=%.0f", names[i], v[m "_sum"] / v[m "_count"] * 1e6
     }
     print ""
   }'
