@@ -1,8 +1,14 @@
 #include "metrics.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 namespace gpukv::server {
 namespace {
@@ -32,13 +38,15 @@ std::size_t status_code_index(grpc::StatusCode code) {
     case grpc::StatusCode::RESOURCE_EXHAUSTED: return 4;
     case grpc::StatusCode::UNAVAILABLE: return 5;
     case grpc::StatusCode::INTERNAL: return 6;
-    default: return 7;
+    case grpc::StatusCode::FAILED_PRECONDITION: return 7;  // a unary call of another shard's key
+    default: return 8;
   }
 }
 
 const char* status_code_name(grpc::StatusCode code) {
   static constexpr const char* kNames[] = {"OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-                                           "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "OTHER"};
+                                           "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "FAILED_PRECONDITION",
+                                           "OTHER"};
   static_assert(std::size(kNames) == Metrics::kStatusNames, "one name per index of status_code_index");
   return kNames[status_code_index(code)];
 }
@@ -93,12 +101,42 @@ Metrics::Metrics(const std::string& address)
       host_reads_(host_accesses_.Add({{"kind", "read"}})),
       host_writes_(host_accesses_.Add({{"kind", "write"}})),
       host_avoided_(host_accesses_.Add({{"kind", "avoided"}})),
-      exposer_(address) {
-  exposer_.RegisterCollectable(registry_);
+      wrong_shard_(prometheus::BuildCounter()
+                       .Name("gpukv_wrong_shard_keys_total")
+                       .Help("Keys refused because they belong to another shard (a client with a stale or no shard map)")
+                       .Register(*registry_)
+                       .Add({})),
+      exposer_(std::make_unique<prometheus::Exposer>(address)) {
+  exposer_->RegisterCollectable(registry_);
+}
+
+Metrics::~Metrics() {
+  // The exposer's web server (civetweb) sees that it is asked to stop only when its accept loop's poll
+  // returns, which it does every 2 seconds or when a connection arrives: without a knock on its port, every
+  // server would take up to 2 s to stop. A thread connects and hangs up until the exposer is gone.
+  const int port = this->port();
+  std::atomic<bool> gone{false};
+  std::thread knocker([&] {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    while (!gone.load()) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd >= 0) {
+        (void)connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+        close(fd);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  gone.store(true);
+  knocker.join();
 }
 
 int Metrics::port() const {
-  const auto ports = exposer_.GetListeningPorts();
+  const auto ports = exposer_->GetListeningPorts();
   return ports.empty() ? 0 : ports.front();
 }
 
@@ -117,6 +155,8 @@ void Metrics::on_request(const char* method, grpc::StatusCode code) {
   }
   counter->Increment();
 }
+
+void Metrics::on_wrong_shard(std::size_t keys) { wrong_shard_.Increment(static_cast<double>(keys)); }
 
 void Metrics::on_batch(const BatchReport& report, std::size_t queued_ops) {
   batches_.Increment();

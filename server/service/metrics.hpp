@@ -23,16 +23,18 @@ class Metrics {
  public:
   // Starts serving /metrics on `address` ("host:port", port 0 picks one); throws if it cannot bind.
   explicit Metrics(const std::string& address);
+  ~Metrics();
 
   int port() const;
   void on_request(const char* method, grpc::StatusCode code);
+  void on_wrong_shard(std::size_t keys);
   // After each batch: the batch's figures and the table's state after it (report.table). on_table: the
   // table's state alone (at start). Called from one thread at a time.
   void on_batch(const BatchReport& report, std::size_t queued_ops);
   void on_table(const TableStats& table, std::size_t queued_ops);
 
  public:
-  static constexpr std::size_t kStatusNames = 8;  // the names status_code_name gives
+  static constexpr std::size_t kStatusNames = 9;  // the names status_code_name gives
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -64,12 +66,13 @@ class Metrics {
   prometheus::Counter& host_reads_;
   prometheus::Counter& host_writes_;
   prometheus::Counter& host_avoided_;
+  prometheus::Counter& wrong_shard_;
   TableStats last_{};  // as of the previous on_table
-  prometheus::Exposer exposer_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
 };
 
 const char* status_code_name(grpc::StatusCode code);
-// The position of status_code_name(code) among the names it gives (0 .. 7).
+// The position of status_code_name(code) among the names it gives (0 .. kStatusNames - 1).
 std::size_t status_code_index(grpc::StatusCode code);
 
 }  // namespace gpukv::server
