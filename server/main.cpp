@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "service/server.hpp"
+#include "service/shard_index.hpp"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "gRPC address (host:port; port 0 picks a free port)");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464", "Prometheus metrics address (host:port)");
@@ -44,6 +45,11 @@ ABSL_FLAG(std::string, tls_cert, "", "TLS certificate (PEM); plaintext when empt
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(std::uint32_t, shard_count, 1,
+          "cluster mode: the number of shards (servers) the keys are spread over; 1: not sharded");
+ABSL_FLAG(std::string, shard_index, "0",
+          "cluster mode: this server's shard, 0 .. shard_count - 1, or 'auto' for the ordinal of a StatefulSet pod "
+          "(the number its host name ends in, as in gpukv-3); keys of other shards are refused");
 
 namespace {
 
@@ -115,6 +121,8 @@ int main(int argc, char** argv) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
 
   try {
+    options.shard_count = absl::GetFlag(FLAGS_shard_count);
+    options.shard_index = gpukv::server::parse_shard_index(absl::GetFlag(FLAGS_shard_index), gpukv::server::host_name());
     gpukv::server::Server server(options);
     std::printf("gpukv-server listening on port %d, metrics on port %d, backend %s\n", server.port(), server.metrics_port(),
                 server.backend().c_str());

@@ -15,6 +15,7 @@ static_assert(static_cast<int>(v1::RESULT_NOT_FOUND) == static_cast<int>(OpStatu
 static_assert(static_cast<int>(v1::RESULT_EXISTS) == static_cast<int>(OpStatus::kExists));
 static_assert(static_cast<int>(v1::RESULT_FULL) == static_cast<int>(OpStatus::kFull));
 static_assert(static_cast<int>(v1::RESULT_INVALID) == static_cast<int>(OpStatus::kInvalid));
+static_assert(static_cast<int>(v1::RESULT_WRONG_SHARD) == kWrongShard);
 static_assert(static_cast<int>(v1::OP_PUT_IF_ABSENT) == static_cast<int>(OpKind::kPutIfAbsent));
 static_assert(static_cast<int>(v1::OP_DELETE) == static_cast<int>(OpKind::kDelete));
 
@@ -87,9 +88,14 @@ std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t
   return {};
 }
 
-KvService::KvService(std::uint32_t key_width, std::uint32_t value_width,
-                     std::function<void(const char*, grpc::StatusCode)> on_request)
-    : key_width_(key_width), value_width_(value_width), on_request_(std::move(on_request)) {}
+KvService::KvService(std::uint32_t key_width, std::uint32_t value_width, ShardFilter shard,
+                     std::function<void(const char*, grpc::StatusCode)> on_request,
+                     std::function<void(std::size_t)> on_wrong_shard)
+    : key_width_(key_width),
+      value_width_(value_width),
+      shard_(std::move(shard)),
+      on_request_(std::move(on_request)),
+      on_wrong_shard_(std::move(on_wrong_shard)) {}
 
 void KvService::attach(Batcher* batcher, const TableStats& stats, std::string backend, std::string device) {
   {
@@ -136,6 +142,32 @@ void KvService::run(CallOps ops, CallResults* results, Clock::time_point deadlin
   batcher->submit(std::move(call));
 }
 
+void KvService::count_wrong_shard(std::size_t keys) {
+  wrong_shard_keys_.fetch_add(keys, std::memory_order_relaxed);
+  if (on_wrong_shard_) on_wrong_shard_(keys);
+}
+
+void KvService::run_owned(const CallOps& ops, CallResults* results, google::protobuf::RepeatedField<std::uint32_t>* owners,
+                          Clock::time_point deadline, Done done) {
+  ShardFilter::Foreign foreign = shard_.foreign_ops(ops);
+  if (foreign.ops.empty()) {
+    run(ops, results, deadline, std::move(done));
+    return;
+  }
+  count_wrong_shard(foreign.ops.size());
+  owners->Add(foreign.owners.begin(), foreign.owners.end());
+  auto part = std::make_shared<OwnedPart>(ops, results, std::move(foreign.ops));
+  if (part->ops().count == 0) {  // nothing of it is ours
+    part->scatter();
+    done(CallCode::kOk, "");
+    return;
+  }
+  run(part->ops(), part->results(), deadline, [part, done = std::move(done)](CallCode code, std::string_view message) {
+    if (code == CallCode::kOk) part->scatter();
+    done(code, message);
+  });
+}
+
 namespace {
 
 // What a unary call keeps until it is answered, in one allocation: where its results go, a single-key call's
@@ -158,7 +190,8 @@ struct UnaryCall {
 
 template <class Respond>
 grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops,
-                                           CallResults results, Respond respond) {
+                                           CallResults results, google::protobuf::RepeatedField<std::uint32_t>* owners,
+                                           Respond respond) {
   auto* call = new UnaryCall<Respond>{this, method, ctx->DefaultReactor(), std::move(respond), results};
   grpc::ServerUnaryReactor* reactor = call->reactor;
   if (ops.count == 1 && ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
@@ -168,13 +201,18 @@ grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackSer
     call->results.results = &call->result;
     if (results.values != nullptr) call->results.value_lengths = &call->value_length;
   }
-  run(ops, &call->results, call_deadline(*ctx), [call](CallCode code, std::string_view message) {
+  auto done = [call](CallCode code, std::string_view message) {
     const std::unique_ptr<UnaryCall<Respond>> owned(call);
     // respond finishes the response in place, and may turn an OK into an error (a Put that met a full table)
     const grpc::Status status = code == CallCode::kOk ? call->respond(call->results) : status_of(code, message);
     call->service->count(call->method, status);  // before Finish: a client that has its answer finds the call counted
     call->reactor->Finish(status);
-  });
+  };
+  if (owners != nullptr) {
+    run_owned(ops, &call->results, owners, call_deadline(*ctx), std::move(done));
+  } else {
+    run(ops, &call->results, call_deadline(*ctx), std::move(done));
+  }
   return reactor;
 }
 
@@ -197,6 +235,20 @@ grpc::ServerUnaryReactor* KvService::reject(const char* method, grpc::CallbackSe
   return reactor;
 }
 
+grpc::ServerUnaryReactor* KvService::refuse_foreign(const char* method, grpc::CallbackServerContext* ctx, std::string_view key) {
+  const std::uint32_t owner = shard_.owner(key);
+  if (owner == shard_.index()) return nullptr;
+  count_wrong_shard(1);
+  ctx->AddTrailingMetadata("gpukv-owner-shard", std::to_string(owner));
+  const grpc::Status status(grpc::StatusCode::FAILED_PRECONDITION,
+                            "wrong shard: the key belongs to shard " + std::to_string(owner) + "; this server is shard " +
+                                std::to_string(shard_.index()) + " of " + std::to_string(shard_.count()));
+  count(method, status);
+  auto* reactor = ctx->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
 grpc::ServerUnaryReactor* KvService::refuse(const char* method, grpc::CallbackServerContext* ctx, const Refusal& refusal) {
   const grpc::Status status = status_of(refusal.code, refusal.message);
   count(method, status);
@@ -209,10 +261,11 @@ grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
     return reject("Get", ctx, e);
   }
+  if (auto* refused = refuse_foreign("Get", ctx, req->key())) return refused;
   const CallOps ops{1, {}, OpKind::kGet, req->key(), nullptr, {}, nullptr};
   std::string* value = resp->mutable_value();  // the batcher writes the value straight into the response
   value->resize(value_width_);
-  return unary("Get", ctx, ops, CallResults{nullptr, value->data(), nullptr}, [resp](CallResults& r) {
+  return unary("Get", ctx, ops, CallResults{nullptr, value->data(), nullptr}, nullptr, [resp](CallResults& r) {
     resp->set_found(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     resp->mutable_value()->resize(r.values_size);
     return grpc::Status::OK;
@@ -227,8 +280,9 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
   if (!e.empty()) {
     return reject("Put", ctx, e);
   }
+  if (auto* refused = refuse_foreign("Put", ctx, req->key())) return refused;
   const CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), nullptr, req->value(), nullptr};
-  return unary("Put", ctx, ops, CallResults{}, [resp](CallResults& r) {
+  return unary("Put", ctx, ops, CallResults{}, nullptr, [resp](CallResults& r) {
     const auto s = static_cast<OpStatus>(r.results[0]);
     if (s == OpStatus::kFull) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the table is full");
     resp->set_result(static_cast<v1::Result>(s));
@@ -241,8 +295,9 @@ grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, co
   if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
     return reject("Delete", ctx, e);
   }
+  if (auto* refused = refuse_foreign("Delete", ctx, req->key())) return refused;
   const CallOps ops{1, {}, OpKind::kDelete, req->key(), nullptr, {}, nullptr};
-  return unary("Delete", ctx, ops, CallResults{}, [resp](CallResults& r) {
+  return unary("Delete", ctx, ops, CallResults{}, nullptr, [resp](CallResults& r) {
     resp->set_deleted(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     return grpc::Status::OK;
   });
@@ -255,7 +310,7 @@ grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, 
     return reject("BatchGet", ctx, "malformed request: " + e);
   }
   if (const auto r = refusal(ops.count)) return refuse("BatchGet", ctx, *r);
-  return unary("BatchGet", ctx, ops, results_in(ops, value_width_, *resp), [resp](CallResults& r) {
+  return unary("BatchGet", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(), [resp](CallResults& r) {
     resp->mutable_values()->resize(r.values_size);
     return grpc::Status::OK;
   });
@@ -269,7 +324,8 @@ grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, 
     return reject("BatchPut", ctx, "malformed request: " + e);
   }
   if (const auto r = refusal(ops.count)) return refuse("BatchPut", ctx, *r);
-  return unary("BatchPut", ctx, ops, results_in(ops, value_width_, *resp), [](CallResults&) { return grpc::Status::OK; });
+  return unary("BatchPut", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
+               [](CallResults&) { return grpc::Status::OK; });
 }
 
 grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
@@ -279,7 +335,8 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
     return reject("BatchDelete", ctx, "malformed request: " + e);
   }
   if (const auto r = refusal(ops.count)) return refuse("BatchDelete", ctx, *r);
-  return unary("BatchDelete", ctx, ops, results_in(ops, value_width_, *resp), [](CallResults&) { return grpc::Status::OK; });
+  return unary("BatchDelete", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
+               [](CallResults&) { return grpc::Status::OK; });
 }
 
 grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) {
@@ -310,6 +367,9 @@ grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, con
   resp->set_batches(s.batches);
   resp->set_tombstones(s.tombstones + s.host.tombstones);
   resp->set_cleanups(s.cleanups);
+  resp->set_shard_index(shard_.index());
+  resp->set_shard_count(shard_.count());
+  resp->set_wrong_shard_keys(wrong_shard_keys_.load(std::memory_order_relaxed));
   if (on_request_) on_request_("Stats", grpc::StatusCode::OK);
   auto* reactor = ctx->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
@@ -400,7 +460,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       return;
     }
     item->results = results_in(ops, service_.value_width(), item->response);
-    service_.run(ops, &item->results, call_deadline(*ctx_), [this, item](CallCode code, std::string_view message) {
+    service_.run_owned(ops, &item->results, item->response.mutable_owners(), call_deadline(*ctx_),
+                       [this, item](CallCode code, std::string_view message) {
       if (code != CallCode::kOk) {
         fail(item, status_of(code, message));
         return;
@@ -419,6 +480,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     const std::size_t ops = item->request.ops().size();
     response.set_results(std::string(ops, static_cast<char>(OpStatus::kFull)));
     response.clear_values();
+    response.clear_owners();  // no key of it is answered WRONG_SHARD either
     response.mutable_value_lengths()->Resize(static_cast<int>(ops), 0);
     std::fill(response.mutable_value_lengths()->begin(), response.mutable_value_lengths()->end(), 0u);
     {

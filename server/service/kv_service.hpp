@@ -2,6 +2,7 @@
 // columns for the batcher and returns at once; the batcher's threads finish the call. No reaction blocks:
 // submitting takes the batcher's queue lock only, and Stats reads a snapshot of the table's figures taken
 // after each batch runs and before its calls are answered (a client sees its own writes counted).
+// In cluster mode the keys of other shards are refused here, before anything is queued (shard_filter.hpp).
 #pragma once
 
 #include <atomic>
@@ -12,14 +13,17 @@
 
 #include "batcher/batcher.hpp"
 #include "gpukv/v1/kv.grpc.pb.h"
+#include "shard_filter.hpp"
 
 namespace gpukv::server {
 
 class KvService final : public gpukv::v1::KeyValue::CallbackService {
  public:
-  // on_request(method, code) counts each finished call for the metrics.
-  KvService(std::uint32_t key_width, std::uint32_t value_width,
-            std::function<void(const char* method, grpc::StatusCode code)> on_request);
+  // on_request(method, code) counts each finished call for the metrics, on_wrong_shard(keys) the keys
+  // refused for belonging to another shard.
+  KvService(std::uint32_t key_width, std::uint32_t value_width, ShardFilter shard,
+            std::function<void(const char* method, grpc::StatusCode code)> on_request,
+            std::function<void(std::size_t keys)> on_wrong_shard = {});
 
   // Calls are answered UNAVAILABLE until the batcher is attached (the table is being built) and after
   // it is detached (draining).
@@ -52,6 +56,11 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
     const char* message;
   };
   void run(CallOps ops, CallResults* results, Clock::time_point deadline, Done done);
+  // As run(), for a call of packed columns that may hold keys of other shards: those are answered
+  // RESULT_WRONG_SHARD (their owners appended to `owners`) and the rest run. `results` must stay valid
+  // until done; without foreign keys this is run().
+  void run_owned(const CallOps& ops, CallResults* results, google::protobuf::RepeatedField<std::uint32_t>* owners,
+                 Clock::time_point deadline, Done done);
   // Counts one finished call for the metrics (on_request).
   void count(const char* method, const grpc::Status& status);
   // Why a call of `count` ops cannot be taken now (no batcher attached, or more ops than the queue holds),
@@ -59,24 +68,33 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   // message size limit bounds its count. Empty if it can be taken.
   std::optional<Refusal> refusal(std::size_t count) const;
 
+  const ShardFilter& shard() const { return shard_; }
   std::uint32_t key_width() const { return key_width_; }
   std::uint32_t value_width() const { return value_width_; }
 
  private:
   // Finishes a call with INVALID_ARGUMENT (and counts it).
   grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
+  // A single-key call's key that belongs to another shard: FAILED_PRECONDITION naming the owner, with its
+  // index in the trailing metadata gpukv-owner-shard (and counted). Null if this shard owns the key.
+  grpc::ServerUnaryReactor* refuse_foreign(const char* method, grpc::CallbackServerContext* ctx, std::string_view key);
+  void count_wrong_shard(std::size_t keys);
   // Finishes a call with a refusal's status (and counts it).
   grpc::ServerUnaryReactor* refuse(const char* method, grpc::CallbackServerContext* ctx, const Refusal& refusal);
   // Submits a unary call whose results go to `results` (its response's fields); respond(results) finishes
   // the response and gives the call's status. A single-key call (count 1) passes null length columns and a
   // null result and value length: the call keeps those itself.
+  // A batch call's response lists the owners of its foreign keys in `owners` (null for a single-key call).
   template <class Respond>
   grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, CallResults results,
-                                  Respond respond);
+                                  google::protobuf::RepeatedField<std::uint32_t>* owners, Respond respond);
 
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;
+  const ShardFilter shard_;
   const std::function<void(const char*, grpc::StatusCode)> on_request_;
+  const std::function<void(std::size_t)> on_wrong_shard_;
+  std::atomic<std::uint64_t> wrong_shard_keys_{0};  // for Stats
   std::atomic<Batcher*> batcher_{nullptr};
   std::atomic<std::size_t> max_call_ops_{0};  // the attached batcher's queue bound
 

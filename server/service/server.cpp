@@ -40,8 +40,10 @@ void set_health(grpc::Server& server, bool serving) {
 
 Server::Server(const ServerOptions& options) : options_(options) {
   metrics_ = std::make_unique<Metrics>(options_.metrics_listen);
-  service_ = std::make_unique<KvService>(options_.table.key_width, options_.table.value_width,
-                                         [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); });
+  service_ = std::make_unique<KvService>(
+      options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count),
+      [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); },
+      [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -67,6 +69,7 @@ Server::Server(const ServerOptions& options) : options_(options) {
   spdlog::info("serving: backend {} ({}), key width {} B, value width {} B, capacity {} slots ({} keys at the maximum load)",
                to_string(table_->backend()), table_->device_name(), options_.table.key_width, options_.table.value_width,
                stats.capacity, stats.max_items);
+  if (options_.shard_count > 1) spdlog::info("shard {} of {}", options_.shard_index, options_.shard_count);
 }
 
 Server::~Server() { shutdown(std::chrono::seconds(5)); }

@@ -26,6 +26,9 @@ struct ServerOptions {
   BatcherConfig batcher;
   std::string tls_cert;  // PEM files; plaintext when both are empty
   std::string tls_key;
+  // Cluster mode: this server is shard shard_index of shard_count and refuses the keys of the others.
+  std::uint32_t shard_index = 0;
+  std::uint32_t shard_count = 1;
 };
 
 class Server {

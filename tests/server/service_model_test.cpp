@@ -1,7 +1,9 @@
 // Many clients at once over gRPC against a model. The server runs in process on the CPU backend with small
 // device batches (so calls from different clients share batches and long calls span several), and each of
 // kClients threads drives it through the client library with long random sequences of unary, batch and
-// stream calls (GET, PUT, PUT_IF_ABSENT, DELETE; overwrites, deletes and re-inserts):
+// stream calls (GET, PUT, PUT_IF_ABSENT, DELETE; overwrites, deletes and re-inserts). The same test runs
+// against one server through client::Client and against a cluster of three shards (three servers, each
+// refusing the others' keys) through client::ClusterClient, whose calls are split by shard and merged:
 //
 // - Each client owns a disjoint key range and keeps its own std::unordered_map model. Its calls are
 //   sequential (stream groups are pipelined, but the stream keeps their order), so every result on an
@@ -35,6 +37,7 @@
 #include <vector>
 
 #include "gpukv/client.hpp"
+#include "gpukv/cluster.hpp"
 #include "service/server.hpp"
 
 namespace gpukv::server {
@@ -113,15 +116,45 @@ struct HotChange {
   std::string value;
 };
 
+// Client options for the model: a retried write could apply twice.
+client::ClientOptions model_client_options() {
+  client::ClientOptions o;
+  o.timeout = 60s;
+  o.max_attempts = 1;
+  return o;
+}
+
+// The servers a test runs against, and a client of them: one server and client::Client, or three shards and
+// client::ClusterClient.
+struct OneServer {
+  using ClientType = client::Client;
+  static constexpr std::uint32_t kShards = 1;
+  static std::unique_ptr<ClientType> connect(const std::vector<int>& ports) {
+    client::ClientOptions o = model_client_options();
+    o.target = "127.0.0.1:" + std::to_string(ports[0]);
+    return std::make_unique<ClientType>(o);
+  }
+};
+
+struct ThreeShards {
+  using ClientType = client::ClusterClient;
+  static constexpr std::uint32_t kShards = 3;
+  static std::unique_ptr<ClientType> connect(const std::vector<int>& ports) {
+    client::ClusterOptions o;
+    o.client = model_client_options();
+    for (const int port : ports) o.targets.push_back("127.0.0.1:" + std::to_string(port));
+    return std::make_unique<ClientType>(o);
+  }
+};
+
+template <class Servers>
 class ModelClient {
  public:
-  ModelClient(int id, int port, HotKeys& hot, Failures& failures)
+  using ClientType = typename Servers::ClientType;
+
+  ModelClient(int id, const std::vector<int>& ports, HotKeys& hot, Failures& failures)
       : id_(id), seed_(base_seed() * 1000 + static_cast<std::uint64_t>(id)), rng_(seed_), hot_(hot), failures_(failures) {
-    client::ClientOptions o;
-    o.target = "127.0.0.1:" + std::to_string(port);
-    o.timeout = 60s;
-    o.max_attempts = 1;  // a retried write could apply twice
-    client_ = std::make_unique<client::Client>(o);
+    client_ = Servers::connect(ports);
     for (int i = 0; i < kOwnKeys; ++i) keys_.push_back("c" + std::to_string(id) + ":" + std::to_string(i));
   }
 
@@ -156,7 +189,7 @@ class ModelClient {
   const std::vector<std::string>& keys() const { return keys_; }
   const std::optional<HotChange>& last_hot(int h) const { return last_hot_[h]; }
   std::uint64_t fulls() const { return fulls_; }
-  client::Client& client() { return *client_; }
+  ClientType& client() { return *client_; }
 
  private:
   Op random_op(double fresh_share) {
@@ -186,7 +219,8 @@ class ModelClient {
     return ops;
   }
 
-  void random_step(client::Stream& stream, double fresh_share) {
+  template <class Stream>
+  void random_step(Stream& stream, double fresh_share) {
     const double form = uniform_(rng_);
     if (form < 0.3) {
       unary(random_op(fresh_share));
@@ -261,7 +295,8 @@ class ModelClient {
   }
 
   // Several groups in flight on the stream; checked in send order once all are back.
-  void streamed(client::Stream& stream, const std::vector<std::vector<Op>>& groups) {
+  template <class Stream>
+  void streamed(Stream& stream, const std::vector<std::vector<Op>>& groups) {
     std::mutex m;
     std::condition_variable cv;
     std::size_t answered = 0;
@@ -361,7 +396,7 @@ class ModelClient {
   std::uniform_real_distribution<double> uniform_{0, 1};
   HotKeys& hot_;
   Failures& failures_;
-  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<ClientType> client_;
   std::vector<std::string> keys_;  // every owned key this client has used
   std::unordered_map<std::string, std::string> model_;
   std::optional<HotChange> last_hot_[kHotKeys];
@@ -373,21 +408,30 @@ class ModelClient {
   bool full_allowed_ = false;
 };
 
+template <class Servers>
 class ServiceModelTest : public testing::Test {
  protected:
+  using Model = ModelClient<Servers>;
+
   void SetUp() override {
-    ServerOptions o;
-    o.listen = "127.0.0.1:0";
-    o.metrics_listen = "127.0.0.1:0";
-    o.table.backend = BackendKind::kCpu;
-    o.table.capacity = kCapacity;
-    o.table.key_width = 16;
-    o.table.value_width = 32;
-    o.batcher.batch_size = 64;  // calls from several clients share batches, and long calls span several
-    o.batcher.max_delay = 100us;
-    o.batcher.completion_threads = 3;  // calls answered concurrently, stream responses still in order
-    server_ = std::make_unique<Server>(o);
-    for (int c = 0; c < kClients; ++c) clients_.push_back(std::make_unique<ModelClient>(c, server_->port(), hot_, failures_));
+    std::vector<int> ports;
+    for (std::uint32_t shard = 0; shard < Servers::kShards; ++shard) {
+      ServerOptions o;
+      o.listen = "127.0.0.1:0";
+      o.metrics_listen = "127.0.0.1:0";
+      o.table.backend = BackendKind::kCpu;
+      o.table.capacity = kCapacity / Servers::kShards;  // the cluster holds about what one server does
+      o.table.key_width = 16;
+      o.table.value_width = 32;
+      o.batcher.batch_size = 64;  // calls from several clients share batches, and long calls span several
+      o.batcher.max_delay = 100us;
+      o.batcher.completion_threads = 3;  // calls answered concurrently, stream responses still in order
+      o.shard_index = shard;
+      o.shard_count = Servers::kShards;
+      servers_.push_back(std::make_unique<Server>(o));
+      ports.push_back(servers_.back()->port());
+    }
+    for (int c = 0; c < kClients; ++c) clients_.push_back(std::make_unique<Model>(c, ports, hot_, failures_));
   }
 
   template <class Body>
@@ -405,7 +449,7 @@ class ServiceModelTest : public testing::Test {
     for (int h = 0; h < kHotKeys; ++h) keys.push_back(hot_key(h));
     for (const auto& [k, v] : extra) keys.push_back(k);
     std::vector<client::KeyResult> got;
-    client::Client& client = clients_[0]->client();
+    auto& client = clients_[0]->client();
     ASSERT_TRUE(client.batch_get(keys, &got).ok());
     ASSERT_EQ(got.size(), keys.size());
     std::uint64_t expected_items = extra.size();
@@ -451,33 +495,47 @@ class ServiceModelTest : public testing::Test {
     EXPECT_EQ(stats.tiers(0).items(), expected_items) << "the table holds keys no model has, or lost some";
   }
 
-  std::unique_ptr<Server> server_;
+  std::vector<std::unique_ptr<Server>> servers_;
   HotKeys hot_;
   Failures failures_;
-  std::vector<std::unique_ptr<ModelClient>> clients_;
+  std::vector<std::unique_ptr<Model>> clients_;
 };
 
-TEST_F(ServiceModelTest, ManyClientsMixingUnaryBatchAndStreamCallsMatchTheirModels) {
+using Deployments = testing::Types<OneServer, ThreeShards>;
+class DeploymentName {
+ public:
+  template <class T>
+  static std::string GetName(int) {
+    return std::is_same_v<T, OneServer> ? "OneServer" : "ThreeShards";
+  }
+};
+TYPED_TEST_SUITE(ServiceModelTest, Deployments, DeploymentName);
+
+TYPED_TEST(ServiceModelTest, ManyClientsMixingUnaryBatchAndStreamCallsMatchTheirModels) {
+  using Model = typename TestFixture::Model;
+  auto& clients_ = this->clients_;
+  auto& failures_ = this->failures_;
   const int steps = std::max(20, static_cast<int>(1500 * scale()));
-  in_parallel([&](ModelClient& c) { c.run_mixed(steps); });
+  this->in_parallel([&](Model& c) { c.run_mixed(steps); });
   failures_.report();
-  if (HasFailure()) return;
-  check_contents();
-  if (HasFailure()) return;
+  if (this->HasFailure()) return;
+  this->check_contents();
+  if (this->HasFailure()) return;
 
   // Until full: FULL refuses new keys and stores nothing; everything else behaves as before.
-  in_parallel([&](ModelClient& c) { c.run_until_full(20 * steps); });
+  this->in_parallel([&](Model& c) { c.run_until_full(20 * steps); });
   failures_.report();
-  if (HasFailure()) return;
+  if (this->HasFailure()) return;
   std::uint64_t fulls = 0;
   for (auto& c : clients_) fulls += c->fulls();
   EXPECT_GT(fulls, 0u) << "the table never filled";
-  check_contents();
-  if (HasFailure()) return;
+  this->check_contents();
+  if (this->HasFailure()) return;
 
-  // Top up to exactly the limit (deletes in phase 2 may have made room), then: a new key is refused, an
-  // overwrite is not, and nothing was lost.
-  client::Client& client = clients_[0]->client();
+  // Top up to exactly the limit (deletes in phase 2 may have made room) until every new key is refused (a
+  // cluster's shards fill one after another), then: a new key is refused, an overwrite is not, and nothing
+  // was lost.
+  auto& client = clients_[0]->client();
   v1::StatsResponse stats;
   ASSERT_TRUE(client.stats(&stats).ok());
   const std::uint64_t max_items = stats.tiers(0).max_items();
@@ -487,12 +545,16 @@ TEST_F(ServiceModelTest, ManyClientsMixingUnaryBatchAndStreamCallsMatchTheirMode
     for (int i = 0; i < 64; ++i) entries.emplace_back("top:" + std::to_string(round * 64 + i), "t" + std::to_string(i));
     std::vector<v1::Result> results;
     ASSERT_TRUE(client.batch_put(entries, false, &results).ok());
-    std::size_t full = 0;
+    std::size_t stored = 0;
     for (std::size_t i = 0; i < entries.size(); ++i) {
-      if (results[i] == v1::RESULT_OK) top.insert(entries[i]);
-      else full += results[i] == v1::RESULT_FULL;
+      if (results[i] == v1::RESULT_OK) {
+        top.insert(entries[i]);
+        ++stored;
+      } else {
+        ASSERT_EQ(results[i], v1::RESULT_FULL) << entries[i].first;
+      }
     }
-    if (full > 0) break;
+    if (stored == 0) break;
   }
   // Stats holds every batch whose calls have been answered.
   ASSERT_TRUE(client.stats(&stats).ok());
@@ -503,11 +565,12 @@ TEST_F(ServiceModelTest, ManyClientsMixingUnaryBatchAndStreamCallsMatchTheirMode
   EXPECT_FALSE(refused.has_value());
   clients_[1]->overwrite_one();
   failures_.report();
-  check_contents(top);
+  this->check_contents(top);
 
   std::uint64_t ops = 0;
   for (auto& c : clients_) ops += c->ops();
-  std::printf("%d clients checked %llu operations; %llu writes refused FULL; %zu keys topped up to %llu\n", kClients,
+  std::printf("%u shard(s), %d clients checked %llu operations; %llu writes refused FULL; %zu keys topped up to %llu\n",
+              TypeParam::kShards, kClients,
               static_cast<unsigned long long>(ops), static_cast<unsigned long long>(fulls), top.size(),
               static_cast<unsigned long long>(max_items));
 }

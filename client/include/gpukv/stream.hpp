@@ -60,6 +60,7 @@ class OpGroup {
 
  private:
   friend class Stream;
+  friend class ClusterStream;  // splits a group by shard
   v1::StreamRequest request_;  // id is set by the stream
 };
 
@@ -78,6 +79,7 @@ class GroupResult {
 
  private:
   friend class Stream;
+  friend class ClusterStream;  // merges its shards' results into one
   // Takes the response if its columns fit a group of `ops` operations; returns an error message otherwise.
   std::string adopt(v1::StreamResponse&& response, std::size_t ops);
 
