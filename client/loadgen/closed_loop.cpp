@@ -27,13 +27,13 @@ void next_keys(Request& req, Workload& work, std::uint32_t n) {
 }
 
 // One caller of the unary and batch modes: a chain of calls, each started from the callback of the one
-// before, on the caller's own channel. No thread of ours waits on a call: a thread blocked per call costs a
+// before, on the caller's own channels (one, or one per shard). No thread of ours waits on a call: a thread blocked per call costs a
 // wake-up per call, and gpukv-load shares the machine's cores with the server it measures. The messages
 // are reused from call to call, so the load generator builds no string per key.
 class ChainedCaller {
  public:
   ChainedCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point end, std::latch& running)
-      : s_(s), totals_(totals), end_(end), running_(running), client_(s.client), work_(s.mix, id * 7919 + 1) {}
+      : s_(s), totals_(totals), end_(end), running_(running), connection_(s.client, s.targets), work_(s.mix, id * 7919 + 1) {}
 
   void start() { next(); }
 
@@ -46,11 +46,11 @@ class ChainedCaller {
     }
     context_.emplace();
     context_->set_deadline(std::chrono::system_clock::now() + s_.client.timeout);
-    auto* stub = client_.stub().async();
     const v1::OpKind kind = work_.next_kind();
     started_ = Clock::now();
     if (s_.mode == Mode::kUnary) {
       const std::string_view key = work_.next_key();
+      auto* stub = connection_.unary_stub(key);
       if (kind == v1::OP_GET) {
         get_.set_key(key.data(), key.size());
         stub->Get(&*context_, &get_, &get_resp_, [this](grpc::Status st) { finished(st, 0); });
@@ -73,15 +73,17 @@ class ChainedCaller {
           batch_put_.add_value_lengths(static_cast<std::uint32_t>(s_.value.size()));
         }
       }
-      stub->BatchPut(&*context_, &batch_put_, &batch_put_resp_, [this](grpc::Status st) {
-        finished(st, st.ok() ? count_full(batch_put_resp_.results()) : 0);
+      connection_.batch_put(&*context_, &batch_put_, &batch_put_resp_, [this](grpc::Status st) {
+        finished(failed_ops(st, batch_put_resp_.results()), st.ok() ? count_full(batch_put_resp_.results()) : 0);
       });
     } else if (kind == v1::OP_GET) {
       next_keys(batch_get_, work_, s_.batch);
-      stub->BatchGet(&*context_, &batch_get_, &batch_get_resp_, [this](grpc::Status st) { finished(st, 0); });
+      connection_.batch_get(&*context_, &batch_get_, &batch_get_resp_,
+                            [this](grpc::Status st) { finished(failed_ops(st, batch_get_resp_.results()), 0); });
     } else {
       next_keys(batch_del_, work_, s_.batch);
-      stub->BatchDelete(&*context_, &batch_del_, &batch_del_resp_, [this](grpc::Status st) { finished(st, 0); });
+      connection_.batch_delete(&*context_, &batch_del_, &batch_del_resp_,
+                               [this](grpc::Status st) { finished(failed_ops(st, batch_del_resp_.results()), 0); });
     }
   }
 
@@ -94,7 +96,7 @@ class ChainedCaller {
   Totals& totals_;
   const Clock::time_point end_;
   std::latch& running_;
-  client::Client client_;
+  Connection connection_;
   Workload work_;
   std::optional<grpc::ClientContext> context_;  // a context serves one call: a fresh one per call
   Clock::time_point started_;
@@ -112,8 +114,8 @@ class ChainedCaller {
   v1::BatchDeleteResponse batch_del_resp_;
 };
 
-void stream(const Settings& s, Totals& totals, client::Client& client, Workload& work, Clock::time_point end) {
-  auto stream = client.stream({.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()) + s.client.timeout,
+void stream(const Settings& s, Totals& totals, Connection& connection, Workload& work, Clock::time_point end) {
+  auto stream = connection.stream({.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()) + s.client.timeout,
                                .max_in_flight = s.depth});
   client::OpGroup group;
   while (Clock::now() < end) {
@@ -121,7 +123,7 @@ void stream(const Settings& s, Totals& totals, client::Client& client, Workload&
     for (std::uint32_t i = 0; i < s.batch; ++i) group.add(work.next_kind(), work.next_key(), s.value);
     const auto start = Clock::now();
     const grpc::Status sent = stream->send(group, [&totals, start](const grpc::Status& status, client::GroupResult&& r) {
-      totals.record(start, r.size(), status, count_full(r.response().results()));
+      totals.record(start, r.size(), failed_ops(status, r.response().results()), count_full(r.response().results()));
     });
     if (!sent.ok()) {  // the stream has ended: its status is reported below
       break;
@@ -146,9 +148,9 @@ void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
   std::vector<std::thread> threads;
   for (std::uint32_t id = s.first_caller; id < s.first_caller + s.own_callers; ++id) {
     threads.emplace_back([&, id] {
-      client::Client client(s.client);
+      Connection connection(s.client, s.targets);
       Workload work(s.mix, id * 7919 + 1);
-      stream(s, totals, client, work, end);
+      stream(s, totals, connection, work, end);
     });
   }
   for (auto& t : threads) t.join();

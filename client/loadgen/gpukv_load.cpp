@@ -3,6 +3,7 @@
 //   gpukv-load --target=127.0.0.1:50051 --mode=batch --batch=100 --callers=64 --seconds=10
 //     --keys=1000000 --distribution=zipf --get=0.5 --put=0.45
 //   gpukv-load --mode=stream --rate=200000 --arrivals=poisson --max_outstanding=4096 ...
+//   gpukv-load --targets='gpukv-{0..1}.gpukv-shards.gpukv.svc:50051' --mode=batch --batch=1000 ...
 //
 // Modes: a unary call per key (unary), a batch call of --batch keys with one op kind per call drawn from
 // the mix (batch), or a packed group of --batch mixed ops on a bidirectional stream (stream).
@@ -12,6 +13,9 @@
 // --max_outstanding calls are in flight and arrivals beyond that are dropped and counted (load.hpp).
 // --processes=N splits the callers over N processes (one gRPC client each: a single client's callback
 // threads can be the limit before the server is), all counting into one set of counters in shared memory.
+// With --targets (or GPUKV_TARGETS) the load goes to a cluster through the sharded client: each unary call
+// to its key's shard, each batch call and stream group split by shard and merged (gpukv/cluster.hpp); a
+// call is counted failed when any of its shards failed it.
 // Prints a progress line every second (stderr), then one RESULT line (stdout): rates, the latency
 // percentiles of calls (or groups), errors, and for open loop the target, dropped and late arrivals.
 #include <absl/flags/flag.h>
@@ -24,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -35,6 +40,9 @@
 #include "load.hpp"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
+ABSL_FLAG(std::string, targets, "",
+          "a cluster's shards in shard order, host:port,... with {a..b} ranges (gpukv-{0..1}.gpukv-shards.gpukv.svc:50051); "
+          "default $GPUKV_TARGETS; empty: the one server at --target");
 ABSL_FLAG(std::string, mode, "unary", "unary, batch or stream");
 ABSL_FLAG(std::uint32_t, batch, 100, "keys per batch call or per stream group");
 ABSL_FLAG(std::uint32_t, depth, 4, "closed loop, stream mode: groups in flight per stream");
@@ -70,6 +78,15 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   const std::string arrivals = absl::GetFlag(FLAGS_arrivals);
   if (arrivals != "poisson" && arrivals != "fixed") return "--arrivals must be poisson or fixed";
   s.client.target = absl::GetFlag(FLAGS_target);
+  std::string targets = absl::GetFlag(FLAGS_targets);
+  if (targets.empty() && std::getenv("GPUKV_TARGETS") != nullptr) targets = std::getenv("GPUKV_TARGETS");
+  if (!targets.empty()) {
+    try {
+      s.targets = gpukv::client::parse_targets(targets);
+    } catch (const std::exception& e) {
+      return std::string("--targets: ") + e.what();
+    }
+  }
   s.client.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   s.client.max_attempts = 1;  // measure the server, not the retries
   s.batch = absl::GetFlag(FLAGS_batch);
@@ -197,9 +214,10 @@ int main(int argc, char** argv) {
   const double window = std::chrono::duration<double>(s.duration).count();
   const auto u = [](const std::atomic<std::uint64_t>& a) { return static_cast<unsigned long long>(a.load()); };
   const char* mode = s.mode == Mode::kUnary ? "unary" : s.mode == Mode::kBatch ? "batch" : "stream";
-  std::printf("RESULT load mode=%s batch=%u callers=%u processes=%u distribution=%s keys_per_s=%.0f calls_per_s=%.0f p50_us=%.0f p99_us=%.0f "
+  std::printf("RESULT load mode=%s batch=%u callers=%u processes=%u shards=%zu distribution=%s keys_per_s=%.0f calls_per_s=%.0f p50_us=%.0f p99_us=%.0f "
               "p999_us=%.0f errors=%llu full_ops=%llu total_calls=%llu total_keys=%llu",
-              mode, s.keys_per_call(), s.callers, processes, s.mix.zipf ? "zipf" : "uniform", static_cast<double>(c.keys.load()) / elapsed,
+              mode, s.keys_per_call(), s.callers, processes, std::max<std::size_t>(1, s.targets.size()), s.mix.zipf ? "zipf" : "uniform",
+              static_cast<double>(c.keys.load()) / elapsed,
               static_cast<double>(c.calls.load()) / elapsed, c.latency.percentile_us(0.5),
               c.latency.percentile_us(0.99), c.latency.percentile_us(0.999), u(c.errors), u(c.full_ops), u(c.calls), u(c.keys));
   if (s.rate > 0) {

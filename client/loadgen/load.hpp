@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "connection.hpp"
 #include "gpukv/client.hpp"
 #include "latency.hpp"
 #include "workload.hpp"
@@ -26,6 +28,7 @@ enum class Mode { kUnary, kBatch, kStream };
 
 struct Settings {
   client::ClientOptions client;   // target, per-call timeout; no retries (measure the server)
+  std::vector<std::string> targets;  // a cluster's shards (--targets); empty: the one server at client.target
   Mode mode = Mode::kUnary;
   std::uint32_t batch = 100;      // keys per batch call or per stream group
   std::uint32_t depth = 4;        // closed loop, stream mode: groups in flight per stream
@@ -96,6 +99,24 @@ inline std::uint64_t count_full(const std::string& results) {
   std::uint64_t n = 0;
   for (char r : results) n += r == static_cast<char>(v1::RESULT_FULL);
   return n;
+}
+
+// A call whose status is OK but some of whose ops failed on their shard (RESULT_UNAVAILABLE) or went to
+// the wrong one (RESULT_WRONG_SHARD: --targets disagrees with the servers' --shard_count) counts as failed,
+// with this status; OK otherwise.
+inline grpc::Status failed_ops(const grpc::Status& status, const std::string& results) {
+  if (!status.ok()) return status;
+  std::uint64_t unavailable = 0, wrong = 0;
+  for (char r : results) {
+    unavailable += r == static_cast<char>(v1::RESULT_UNAVAILABLE);
+    wrong += r == static_cast<char>(v1::RESULT_WRONG_SHARD);
+  }
+  if (wrong != 0) {
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            std::to_string(wrong) + " ops answered WRONG_SHARD: --targets does not match the servers' --shard_count"};
+  }
+  if (unavailable != 0) return {grpc::StatusCode::UNAVAILABLE, std::to_string(unavailable) + " ops failed on their shard"};
+  return status;
 }
 
 }  // namespace gpukv::load

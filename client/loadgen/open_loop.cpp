@@ -16,15 +16,21 @@
 namespace gpukv::load {
 namespace {
 
-// The calls' response types that carry per-op results, for counting FULL answers.
+// The calls' response types that carry per-op results, for counting FULL answers and ops that failed on
+// their shard.
 std::uint64_t full_ops(const v1::BatchPutResponse& r) { return count_full(r.results()); }
 template <class Response>
 std::uint64_t full_ops(const Response&) { return 0; }
+template <class Response>
+grpc::Status call_status(const grpc::Status& status, const Response& r) {
+  if constexpr (requires { r.results(); }) return failed_ops(status, r.results());
+  return status;
+}
 
 class OpenLoopCaller {
  public:
   OpenLoopCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point start, Clock::time_point end)
-      : s_(s), totals_(totals), id_(id), start_(start), end_(end), client_(s.client), work_(s.mix, id * 7919 + 1),
+      : s_(s), totals_(totals), id_(id), start_(start), end_(end), connection_(s.client, s.targets), work_(s.mix, id * 7919 + 1),
         bound_(std::max<std::uint32_t>(1, s.max_outstanding / s.callers)) {}
 
   void run() {
@@ -60,19 +66,20 @@ class OpenLoopCaller {
     const v1::OpKind kind = work_.next_kind();
     if (s_.mode == Mode::kUnary) {
       const std::string_view key = work_.next_key();
+      auto* stub = connection_.unary_stub(key);
       if (kind == v1::OP_GET) {
         v1::GetRequest req;
         req.set_key(std::string(key));
-        start_call<v1::GetResponse>(std::move(req), intended, [](auto* stub, auto* c, auto* q, auto* r, auto done) { stub->async()->Get(c, q, r, std::move(done)); });
+        start_call<v1::GetResponse>(std::move(req), intended, [stub](auto* c, auto* q, auto* r, auto done) { stub->Get(c, q, r, std::move(done)); });
       } else if (kind == v1::OP_PUT) {
         v1::PutRequest req;
         req.set_key(std::string(key));
         req.set_value(s_.value);
-        start_call<v1::PutResponse>(std::move(req), intended, [](auto* stub, auto* c, auto* q, auto* r, auto done) { stub->async()->Put(c, q, r, std::move(done)); });
+        start_call<v1::PutResponse>(std::move(req), intended, [stub](auto* c, auto* q, auto* r, auto done) { stub->Put(c, q, r, std::move(done)); });
       } else {
         v1::DeleteRequest req;
         req.set_key(std::string(key));
-        start_call<v1::DeleteResponse>(std::move(req), intended, [](auto* stub, auto* c, auto* q, auto* r, auto done) { stub->async()->Delete(c, q, r, std::move(done)); });
+        start_call<v1::DeleteResponse>(std::move(req), intended, [stub](auto* c, auto* q, auto* r, auto done) { stub->Delete(c, q, r, std::move(done)); });
       }
       return;
     }
@@ -93,17 +100,17 @@ class OpenLoopCaller {
         req.mutable_values()->append(s_.value);
         req.add_value_lengths(static_cast<std::uint32_t>(s_.value.size()));
       }
-      start_call<v1::BatchPutResponse>(std::move(req), intended, [](auto* stub, auto* c, auto* q, auto* r, auto done) { stub->async()->BatchPut(c, q, r, std::move(done)); });
+      start_call<v1::BatchPutResponse>(std::move(req), intended, [this](auto* c, auto* q, auto* r, auto done) { connection_.batch_put(c, q, r, std::move(done)); });
     } else if (kind == v1::OP_GET) {
       v1::BatchGetRequest req;
       req.set_keys(std::move(keys));
       *req.mutable_key_lengths() = std::move(lengths);
-      start_call<v1::BatchGetResponse>(std::move(req), intended, [](auto* stub, auto* c, auto* q, auto* r, auto done) { stub->async()->BatchGet(c, q, r, std::move(done)); });
+      start_call<v1::BatchGetResponse>(std::move(req), intended, [this](auto* c, auto* q, auto* r, auto done) { connection_.batch_get(c, q, r, std::move(done)); });
     } else {
       v1::BatchDeleteRequest req;
       req.set_keys(std::move(keys));
       *req.mutable_key_lengths() = std::move(lengths);
-      start_call<v1::BatchDeleteResponse>(std::move(req), intended, [](auto* stub, auto* c, auto* q, auto* r, auto done) { stub->async()->BatchDelete(c, q, r, std::move(done)); });
+      start_call<v1::BatchDeleteResponse>(std::move(req), intended, [this](auto* c, auto* q, auto* r, auto done) { connection_.batch_delete(c, q, r, std::move(done)); });
     }
   }
 
@@ -119,8 +126,8 @@ class OpenLoopCaller {
     call->request = std::move(request);
     call->context.set_deadline(std::chrono::system_clock::now() + s_.client.timeout);
     begin();
-    launch(&client_.stub(), &call->context, &call->request, &call->response, [this, call, intended](grpc::Status status) {
-      totals_.record(intended, s_.keys_per_call(), status, status.ok() ? full_ops(call->response) : 0);
+    launch(&call->context, &call->request, &call->response, [this, call, intended](grpc::Status status) {
+      totals_.record(intended, s_.keys_per_call(), call_status(status, call->response), status.ok() ? full_ops(call->response) : 0);
       delete call;
       end_call();
     });
@@ -132,7 +139,7 @@ class OpenLoopCaller {
     for (std::uint32_t i = 0; i < s_.batch; ++i) group_.add(work_.next_kind(), work_.next_key(), s_.value);
     begin();
     const grpc::Status sent = stream_->try_send(group_, [this, intended](const grpc::Status& status, client::GroupResult&& r) {
-      totals_.record(intended, r.size(), status, count_full(r.response().results()));
+      totals_.record(intended, r.size(), failed_ops(status, r.response().results()), count_full(r.response().results()));
       end_call();
     });
     if (sent.ok()) {
@@ -169,7 +176,7 @@ class OpenLoopCaller {
   }
 
   void open_stream() {
-    stream_ = client_.stream({.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now()) + s_.client.timeout,
+    stream_ = connection_.stream({.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now()) + s_.client.timeout,
                               .max_in_flight = bound_});
   }
   void close_stream() {
@@ -180,11 +187,11 @@ class OpenLoopCaller {
   Totals& totals_;
   const std::uint32_t id_;
   const Clock::time_point start_, end_;
-  client::Client client_;
+  Connection connection_;
   Workload work_;
   const std::uint32_t bound_;          // this caller's share of --max_outstanding
   std::atomic<std::uint32_t> in_flight_{0};
-  std::unique_ptr<client::Stream> stream_;  // stream mode
+  std::unique_ptr<GroupStream> stream_;  // stream mode
   client::OpGroup group_;
 };
 

@@ -36,9 +36,13 @@ grpc::Status unpack_results(std::size_t ops, const std::string& packed, std::vec
 }
 
 // gRPC's default 4 MiB limit on received messages would fail a large BatchGet; the server allows 256 MiB.
+// A server that went away (a shard restarted by Kubernetes, say) is tried again at most 5 s apart, where
+// gRPC's default backoff grows to 2 minutes: calls fail fast (UNAVAILABLE) while it is down and find it
+// again soon after it is back.
 std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
   return grpc::CreateCustomChannel(o.target, credentials(o), args);
 }
 
@@ -52,6 +56,8 @@ const char* status_code_name(grpc::StatusCode code) {
     case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
     case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
     case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
+    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
+    case grpc::StatusCode::INTERNAL: return "INTERNAL";
     default: return "ERROR";
   }
 }
