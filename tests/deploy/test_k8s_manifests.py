@@ -15,7 +15,7 @@ import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1 as prometheus_operator
 
-from conftest import K8S, load_yaml_docs, read, server_flags
+from conftest import CLI, K8S, load_yaml_docs, read, require_binary, server_flags
 
 # The oldest Kubernetes with native gRPC probes in GA, and the newest the validator knows.
 KUBERNETES_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
@@ -150,7 +150,7 @@ def test_statefulset_runs_one_gpu_per_pod_with_grpc_probes_on_the_grpc_port():
 
 
 def test_termination_grace_outlasts_the_drain():
-    config = one("ConfigMap")["data"]
+    config = one("ConfigMap", "gpukv-config")["data"]
     drain_s = int(config["GPUKV_SHUTDOWN_GRACE_MS"]) / 1000
     grace_s = pod_spec()["terminationGracePeriodSeconds"]
     # Margin for the readiness probe to see NOT_SERVING and for the last batches to finish after the drain.
@@ -158,7 +158,7 @@ def test_termination_grace_outlasts_the_drain():
 
 
 def test_configmap_sets_real_server_flags_on_the_ports_the_pod_declares():
-    config = one("ConfigMap")
+    config = one("ConfigMap", "gpukv-config")
     assert container()["envFrom"] == [{"configMapRef": {"name": config["metadata"]["name"]}}]
     flags = server_flags()
     for key in config["data"]:
@@ -190,6 +190,10 @@ def test_services_select_the_shards_and_reach_named_container_ports():
         assert selects(service["spec"]["selector"], pod_labels), service["metadata"]["name"]
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in port_names, (service["metadata"]["name"], port)
+    # Only the headless Service offers gRPC: a virtual address in front of several shards would send each key
+    # to whichever shard it picked.
+    assert "grpc" in {p["name"] for p in headless["spec"]["ports"]}
+    assert "grpc" not in {p["name"] for p in one("Service", "gpukv")["spec"]["ports"]}
     pdb = one("PodDisruptionBudget")
     assert selects(pdb["spec"]["selector"]["matchLabels"], pod_labels)
     assert pdb["spec"]["maxUnavailable"] == 1
@@ -204,3 +208,36 @@ def test_service_monitor_scrapes_each_shard_once_on_the_metrics_port():
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in matched[0]["spec"]["ports"]}
     assert endpoint["path"] == "/metrics"
+
+
+def expand_targets(spec):
+    """GPUKV_TARGETS as README defines it: a comma-separated list, an item's {a..b} giving one item per number."""
+    targets = []
+    for item in spec.split(","):
+        m = re.fullmatch(r"(.*)\{(\d+)\.\.(\d+)\}(.*)", item.strip())
+        if m:
+            targets += [f"{m.group(1)}{i}{m.group(4)}" for i in range(int(m.group(2)), int(m.group(3)) + 1)]
+        else:
+            targets.append(item.strip())
+    return targets
+
+
+def test_the_shard_count_is_the_same_for_the_statefulset_the_servers_and_the_clients():
+    sts = one("StatefulSet")
+    replicas = sts["spec"]["replicas"]
+    server = one("ConfigMap", "gpukv-config")["data"]
+    assert int(server["GPUKV_SHARD_COUNT"]) == replicas
+    assert server["GPUKV_SHARD_INDEX"] == "auto"  # pod gpukv-N is shard N
+    client = one("ConfigMap", "gpukv-client")["data"]
+    targets = expand_targets(client["GPUKV_TARGETS"])
+    namespace = yaml.safe_load(open(os.path.join(K8S, "kustomization.yaml")))["namespace"]
+    grpc_port = {p["name"]: p["port"] for p in one("Service", sts["spec"]["serviceName"])["spec"]["ports"]}["grpc"]
+    # Shard i is pod <statefulset>-i under the headless Service, in the namespace the kustomization deploys to.
+    assert targets == [f"{sts['metadata']['name']}-{i}.{sts['spec']['serviceName']}.{namespace}.svc:{grpc_port}"
+                       for i in range(replicas)]
+    # The C++ client reads the same list: gpukv shard-of spreads keys over exactly that many shards.
+    keys = "".join(f"key{i}\n" for i in range(2000))
+    run = subprocess.run([require_binary(CLI), f"--targets={client['GPUKV_TARGETS']}", "shard-of", "-"], input=keys,
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert {int(line.split("\t")[1]) for line in run.stdout.splitlines()} == set(range(replicas))
