@@ -71,7 +71,11 @@ class ClusterStream::State {
     pending->status.assign(parts, grpc::Status::OK);
     pending->remaining.store(parts + 1);  // one more, held until every part is handed over
     std::vector<v1::StreamRequest> requests;
-    detail::split_request(group.request_, pending->plan, &requests);
+    if (parts == 1) {
+      requests.push_back(std::move(group.request_));  // a group whose keys all belong to one shard goes as it is
+    } else {
+      detail::split_request(group.request_, pending->plan, &requests);
+    }
     group.clear();
     for (std::size_t p = 0; p < parts; ++p) {
       const std::uint32_t shard = pending->plan.shards[p];
@@ -80,7 +84,14 @@ class ClusterStream::State {
       const grpc::Status sent = stream_to(shard).try_send(part, [this, pending, p, shard](const grpc::Status& s, GroupResult&& r) {
         part_done(*pending, p, shard, s, std::move(r));
       });
-      if (!sent.ok()) part_done(*pending, p, shard, sent, GroupResult{});  // its stream has ended
+      if (!sent.ok()) {
+        // Its stream has failed: ended (its final status), or still ending (CANCELLED, its final status not
+        // known yet; the shard is unreachable all the same).
+        const grpc::Status failed = sent.error_code() == grpc::StatusCode::CANCELLED
+                                        ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "its stream failed: " + sent.error_message())
+                                        : sent;
+        part_done(*pending, p, shard, failed, GroupResult{});
+      }
     }
     send_lock.unlock();  // the group's callback may run below, and may send
     arrive(*pending);
@@ -173,7 +184,11 @@ class ClusterStream::State {
     parts.reserve(pending.results.size());
     for (GroupResult& r : pending.results) parts.push_back(std::move(r.response_));
     v1::StreamResponse merged;
-    detail::merge_responses(pending.plan, parts, pending.status, &merged);
+    if (parts.size() == 1 && pending.status[0].ok()) {
+      merged = std::move(parts[0]);  // one shard's answer is the group's, in order already
+    } else {
+      detail::merge_responses(pending.plan, parts, pending.status, &merged);
+    }
     merged.set_id(pending.id);
     GroupResult result;
     const std::string error = result.adopt(std::move(merged), pending.ops);  // built here, so it fits

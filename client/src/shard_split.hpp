@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -70,11 +71,11 @@ std::string plan_split(const ShardMap& map, const Request& request, SplitPlan* p
   plan->shards.clear();
   plan->part_ops.clear();
   std::vector<std::uint32_t> shard_of_op(n);
-  std::size_t offset = 0;
+  const char* key = request.keys().data();
+  const std::uint32_t* key_len = request.key_lengths().data();
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t len = request.key_lengths(static_cast<int>(i));
-    shard_of_op[i] = map.shard_of(std::string_view(request.keys()).substr(offset, len));
-    offset += len;
+    shard_of_op[i] = map.shard_of(std::string_view(key, key_len[i]));
+    key += key_len[i];
     part_of_shard[shard_of_op[i]] = 0;  // marks the shards that take part
   }
   for (std::uint32_t s = 0; s < map.shard_count(); ++s) {
@@ -90,29 +91,75 @@ std::string plan_split(const ShardMap& map, const Request& request, SplitPlan* p
   return {};
 }
 
-// The parts' requests, their columns copied from the checked request in input order.
+// The parts' requests, their columns copied from the checked request in input order. Each column is sized
+// once and filled with plain copies: per-key appends through protobuf's accessors cost more than the copies.
 template <class Request>
 void split_request(const Request& request, const SplitPlan& plan, std::vector<Request>* parts) {
-  parts->assign(plan.shards.size(), Request{});
-  for (std::size_t p = 0; p < parts->size(); ++p) {
-    (*parts)[p].mutable_key_lengths()->Reserve(static_cast<int>(plan.part_ops[p]));
-    if constexpr (requires { request.if_absent(); }) (*parts)[p].set_if_absent(request.if_absent());
-  }
+  constexpr bool kOps = requires { request.ops(); };
+  constexpr bool kValues = requires { request.values(); };
+  const std::size_t part_count = plan.shards.size();
   const std::string* kinds = kinds_of(request);
-  std::size_t key_offset = 0, value_offset = 0, write_index = 0;
-  for (std::size_t i = 0; i < plan.ops(); ++i) {
-    Request& part = (*parts)[plan.part_of_op[i]];
-    const std::uint32_t key_len = request.key_lengths(static_cast<int>(i));
-    part.mutable_keys()->append(request.keys(), key_offset, key_len);
-    part.add_key_lengths(key_len);
-    key_offset += key_len;
-    if constexpr (requires { request.ops(); }) part.mutable_ops()->push_back((*kinds)[i]);
-    if constexpr (requires { request.values(); }) {
-      if (kinds == nullptr || is_write((*kinds)[i])) {
-        const std::uint32_t value_len = request.value_lengths(static_cast<int>(write_index++));
-        part.mutable_values()->append(request.values(), value_offset, value_len);
-        part.add_value_lengths(value_len);
-        value_offset += value_len;
+  const std::uint32_t* key_len = request.key_lengths().data();
+  const std::uint32_t* value_len = nullptr;
+  if constexpr (kValues) value_len = request.value_lengths().data();
+  const auto writes_at = [kinds](std::size_t i) { return kinds == nullptr || is_write((*kinds)[i]); };
+
+  struct Part {
+    std::size_t key_bytes = 0, value_bytes = 0, writes = 0;
+    char* key = nullptr;
+    std::uint32_t* key_len = nullptr;
+    char* kind = nullptr;
+    char* value = nullptr;
+    std::uint32_t* value_len = nullptr;
+  };
+  std::vector<Part> part(part_count);
+  for (std::size_t i = 0, w = 0; i < plan.ops(); ++i) {
+    Part& to = part[plan.part_of_op[i]];
+    to.key_bytes += key_len[i];
+    if constexpr (kValues) {
+      if (writes_at(i)) {
+        to.value_bytes += value_len[w++];
+        ++to.writes;
+      }
+    }
+  }
+  parts->assign(part_count, Request{});
+  for (std::size_t p = 0; p < part_count; ++p) {
+    Request& r = (*parts)[p];
+    Part& to = part[p];
+    if constexpr (requires { request.if_absent(); }) r.set_if_absent(request.if_absent());
+    r.mutable_keys()->resize(to.key_bytes);
+    to.key = r.mutable_keys()->data();
+    r.mutable_key_lengths()->Resize(static_cast<int>(plan.part_ops[p]), 0);
+    to.key_len = r.mutable_key_lengths()->mutable_data();
+    if constexpr (kOps) {
+      r.mutable_ops()->resize(plan.part_ops[p]);
+      to.kind = r.mutable_ops()->data();
+    }
+    if constexpr (kValues) {
+      r.mutable_values()->resize(to.value_bytes);
+      to.value = r.mutable_values()->data();
+      r.mutable_value_lengths()->Resize(static_cast<int>(to.writes), 0);
+      to.value_len = r.mutable_value_lengths()->mutable_data();
+    }
+  }
+  const char* key = request.keys().data();
+  const char* value = nullptr;
+  if constexpr (kValues) value = request.values().data();
+  for (std::size_t i = 0, w = 0; i < plan.ops(); ++i) {
+    Part& to = part[plan.part_of_op[i]];
+    std::memcpy(to.key, key, key_len[i]);
+    to.key += key_len[i];
+    key += key_len[i];
+    *to.key_len++ = key_len[i];
+    if constexpr (kOps) *to.kind++ = (*kinds)[i];
+    if constexpr (kValues) {
+      if (writes_at(i)) {
+        const std::uint32_t len = value_len[w++];
+        std::memcpy(to.value, value, len);
+        to.value += len;
+        value += len;
+        *to.value_len++ = len;
       }
     }
   }
@@ -144,38 +191,62 @@ std::string check_part(const Response& response, std::size_t ops) {
 }
 
 // Merges the parts' answers into one response in input order. A part whose status is not OK (a failed call,
-// or an answer check_part refused) contributes failed_result() for each of its keys and no values.
+// or an answer check_part refused) contributes failed_result() for each of its keys and no values. Like the
+// split, each column is sized once and filled with plain copies.
 template <class Response>
 void merge_responses(const SplitPlan& plan, const std::vector<Response>& parts, const std::vector<grpc::Status>& status,
                      Response* out) {
   constexpr bool kValues = requires { out->values(); };
   const std::size_t n = plan.ops();
+  // Where each part's next answer is read from (checked by check_part when its status is OK).
+  struct Part {
+    bool ok = false;
+    char failed = 0;
+    const char* result = nullptr;
+    const std::uint32_t* value_len = nullptr;  // null when the part sent no value_lengths (all lengths 0)
+    const char* value = nullptr;
+    int owner = 0;
+  };
+  std::vector<Part> part(parts.size());
+  std::size_t value_bytes = 0;
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    Part& from = part[p];
+    from.ok = status[p].ok();
+    from.failed = failed_result(status[p]);
+    if (!from.ok) continue;
+    from.result = parts[p].results().data();
+    if constexpr (kValues) {
+      if (!parts[p].value_lengths().empty()) from.value_len = parts[p].value_lengths().data();
+      from.value = parts[p].values().data();
+      value_bytes += parts[p].values().size();
+    }
+  }
   std::string* results = out->mutable_results();
   results->resize(n);
+  char* result = results->data();
   out->mutable_owners()->Clear();
-  std::vector<std::size_t> next(parts.size(), 0), next_value(parts.size(), 0), next_owner(parts.size(), 0);
+  char* value = nullptr;
+  std::uint32_t* value_len = nullptr;
   if constexpr (kValues) {
-    out->mutable_values()->clear();
+    out->mutable_values()->resize(value_bytes);
+    value = out->mutable_values()->data();
     out->mutable_value_lengths()->Resize(static_cast<int>(n), 0);
+    value_len = out->mutable_value_lengths()->mutable_data();
   }
   for (std::size_t i = 0; i < n; ++i) {
-    const std::uint32_t p = plan.part_of_op[i];
-    const std::size_t at = next[p]++;
-    if (!status[p].ok()) {
-      (*results)[i] = failed_result(status[p]);
-      if constexpr (kValues) out->set_value_lengths(static_cast<int>(i), 0);
-      continue;
+    Part& from = part[plan.part_of_op[i]];
+    if (!from.ok) {
+      result[i] = from.failed;
+      continue;  // value length stays 0
     }
-    const Response& part = parts[p];
-    (*results)[i] = part.results()[at];
-    if ((*results)[i] == static_cast<char>(v1::RESULT_WRONG_SHARD)) {
-      out->add_owners(part.owners(static_cast<int>(next_owner[p]++)));
-    }
+    result[i] = *from.result++;
+    if (result[i] == static_cast<char>(v1::RESULT_WRONG_SHARD)) out->add_owners(parts[plan.part_of_op[i]].owners(from.owner++));
     if constexpr (kValues) {
-      const std::uint32_t len = part.value_lengths().empty() ? 0 : part.value_lengths(static_cast<int>(at));
-      out->set_value_lengths(static_cast<int>(i), len);
-      out->mutable_values()->append(part.values(), next_value[p], len);
-      next_value[p] += len;
+      const std::uint32_t len = from.value_len == nullptr ? 0 : *from.value_len++;
+      std::memcpy(value, from.value, len);
+      value += len;
+      from.value += len;
+      value_len[i] = len;
     }
   }
 }

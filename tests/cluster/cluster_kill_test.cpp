@@ -10,6 +10,10 @@
 // - Once it is back, its keys answer again: the restarted shard is empty (nothing is persisted here), so
 //   each of its keys reads absent until written again, and everything is exact once more.
 // - At the end, a BatchGet of every key equals the union of the models.
+//
+// The servers run on the CPU backend. On a GPU machine, GPUKV_TEST_BACKEND=gpu runs them on the GPU backend
+// and GPUKV_TEST_GPUS=N puts shard i on GPU i % N (CUDA_VISIBLE_DEVICES), one server per GPU as deployed;
+// GPUKV_SERVER names the server binary where the build's path is not the one to run.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -235,14 +239,20 @@ class ClusterKillTest : public testing::Test {
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / ("gpukv-cluster-kill-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
+    const char* binary = std::getenv("GPUKV_SERVER");
+    const char* backend = std::getenv("GPUKV_TEST_BACKEND");
+    const char* gpus = std::getenv("GPUKV_TEST_GPUS");
     std::vector<std::string> targets;
     for (std::uint32_t i = 0; i < kShards; ++i) {
+      std::vector<std::string> env;
+      if (gpus != nullptr && std::atoi(gpus) > 0) env.push_back("CUDA_VISIBLE_DEVICES=" + std::to_string(i % std::atoi(gpus)));
       servers_.push_back(std::make_unique<test::ServerProcess>(
-          GPUKV_SERVER_BINARY,
-          std::vector<std::string>{"--backend=cpu", "--capacity=20000", "--key_width=16", "--value_width=32", "--cpu_threads=1",
-                                   "--max_queue_delay=100", "--log_level=warn", "--shard_count=" + std::to_string(kShards),
+          binary != nullptr ? binary : GPUKV_SERVER_BINARY,
+          std::vector<std::string>{std::string("--backend=") + (backend != nullptr ? backend : "cpu"), "--capacity=20000",
+                                   "--key_width=16", "--value_width=32", "--cpu_threads=1", "--max_queue_delay=100",
+                                   "--log_level=warn", "--shard_count=" + std::to_string(kShards),
                                    "--shard_index=" + std::to_string(i)},
-          (dir_ / ("shard" + std::to_string(i) + ".log")).string()));
+          (dir_ / ("shard" + std::to_string(i) + ".log")).string(), std::move(env)));
       targets.push_back(servers_.back()->target());
     }
     for (int c = 0; c < kClients; ++c) clients_.push_back(std::make_unique<KillModelClient>(c, targets));

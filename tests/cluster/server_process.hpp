@@ -22,10 +22,11 @@ namespace gpukv::test {
 
 class ServerProcess {
  public:
-  // Starts `binary` with `flags` plus --listen=127.0.0.1:0 and --metrics_listen=127.0.0.1:0; returns once it
-  // serves. Throws std::runtime_error with the log if it does not within 60 s.
-  ServerProcess(std::string binary, std::vector<std::string> flags, std::string log_path)
-      : binary_(std::move(binary)), flags_(std::move(flags)), log_path_(std::move(log_path)) {
+  // Starts `binary` with `flags` plus --listen=127.0.0.1:0 and --metrics_listen=127.0.0.1:0, and `env`
+  // ("NAME=value") added to this process' environment; returns once it serves. Throws std::runtime_error
+  // with the log if it does not within 60 s.
+  ServerProcess(std::string binary, std::vector<std::string> flags, std::string log_path, std::vector<std::string> env = {})
+      : binary_(std::move(binary)), flags_(std::move(flags)), log_path_(std::move(log_path)), env_(std::move(env)) {
     start("127.0.0.1:0");
   }
   ~ServerProcess() { kill(SIGKILL); }
@@ -77,6 +78,7 @@ class ServerProcess {
     if (pid_ == 0) {
       dup2(log_fd, STDOUT_FILENO);
       dup2(log_fd, STDERR_FILENO);
+      for (std::string& e : env_) putenv(e.data());
       execv(argv[0], argv.data());
       _exit(127);
     }
@@ -105,6 +107,7 @@ class ServerProcess {
   std::string binary_;
   std::vector<std::string> flags_;
   std::string log_path_;
+  std::vector<std::string> env_;
   pid_t pid_ = -1;
   int port_ = 0;
 };

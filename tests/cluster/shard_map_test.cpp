@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,25 @@ TEST(KeySlot, IsRedisClustersKeySlot) {
   EXPECT_EQ(key_slot(std::string("\0\xff", 2)), key_slot(std::string("\0\xff", 2)));
   EXPECT_NE(key_slot("ab"), key_slot(std::string("ab\0", 3))) << "length is part of a key";
   for (int i = 0; i < 1000; ++i) EXPECT_LT(key_slot("key:" + std::to_string(i)), kSlotCount);
+}
+
+// CRC-16/XMODEM one bit at a time, as its definition reads: the reference for the table-driven key_slot.
+std::uint32_t bitwise_slot(std::string_view key) {
+  std::uint32_t crc = 0;
+  for (const char c : key) {
+    crc ^= static_cast<std::uint32_t>(static_cast<std::uint8_t>(c)) << 8;
+    for (int bit = 0; bit < 8; ++bit) crc = ((crc & 0x8000) != 0 ? (crc << 1) ^ 0x1021 : crc << 1) & 0xFFFF;
+  }
+  return crc % kSlotCount;
+}
+
+TEST(KeySlot, EqualsTheBitwiseDefinitionForEveryLengthAndByte) {
+  std::mt19937_64 rng(16384);
+  for (int round = 0; round < 20000; ++round) {
+    std::string key(rng() % 80, '\0');  // every length up to past the 8-byte blocks, with a tail of each size
+    for (char& c : key) c = static_cast<char>(rng());
+    ASSERT_EQ(key_slot(key), bitwise_slot(key)) << "length " << key.size();
+  }
 }
 
 TEST(JumpConsistentHash, MatchesKnownValuesAndStaysInRange) {

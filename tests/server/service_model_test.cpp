@@ -3,7 +3,8 @@
 // kClients threads drives it through the client library with long random sequences of unary, batch and
 // stream calls (GET, PUT, PUT_IF_ABSENT, DELETE; overwrites, deletes and re-inserts). The same test runs
 // against one server through client::Client and against a cluster of three shards (three servers, each
-// refusing the others' keys) through client::ClusterClient, whose calls are split by shard and merged:
+// refusing the others' keys) through client::ClusterClient, whose calls are split by shard and merged; and
+// the three shards once more on the GPU backend where a GPU is present (skipped, and said so, where not):
 //
 // - Each client owns a disjoint key range and keeps its own std::unordered_map model. Its calls are
 //   sequential (stream groups are pipelined, but the stream keeps their order), so every result on an
@@ -38,6 +39,7 @@
 
 #include "gpukv/client.hpp"
 #include "gpukv/cluster.hpp"
+#include "gpukv/table.hpp"
 #include "service/server.hpp"
 
 namespace gpukv::server {
@@ -125,10 +127,11 @@ client::ClientOptions model_client_options() {
 }
 
 // The servers a test runs against, and a client of them: one server and client::Client, or three shards and
-// client::ClusterClient.
+// client::ClusterClient, on the CPU backend; and the three shards on the GPU backend where a GPU is present.
 struct OneServer {
   using ClientType = client::Client;
   static constexpr std::uint32_t kShards = 1;
+  static constexpr BackendKind kBackend = BackendKind::kCpu;
   static std::unique_ptr<ClientType> connect(const std::vector<int>& ports) {
     client::ClientOptions o = model_client_options();
     o.target = "127.0.0.1:" + std::to_string(ports[0]);
@@ -139,12 +142,17 @@ struct OneServer {
 struct ThreeShards {
   using ClientType = client::ClusterClient;
   static constexpr std::uint32_t kShards = 3;
+  static constexpr BackendKind kBackend = BackendKind::kCpu;
   static std::unique_ptr<ClientType> connect(const std::vector<int>& ports) {
     client::ClusterOptions o;
     o.client = model_client_options();
     for (const int port : ports) o.targets.push_back("127.0.0.1:" + std::to_string(port));
     return std::make_unique<ClientType>(o);
   }
+};
+
+struct ThreeGpuShards : ThreeShards {
+  static constexpr BackendKind kBackend = BackendKind::kGpu;
 };
 
 template <class Servers>
@@ -414,12 +422,15 @@ class ServiceModelTest : public testing::Test {
   using Model = ModelClient<Servers>;
 
   void SetUp() override {
+    if (Servers::kBackend == BackendKind::kGpu && !Table::gpu_available()) {
+      GTEST_SKIP() << "SKIPPED: no CUDA device on this machine; the model test on GPU shards did not run";
+    }
     std::vector<int> ports;
     for (std::uint32_t shard = 0; shard < Servers::kShards; ++shard) {
       ServerOptions o;
       o.listen = "127.0.0.1:0";
       o.metrics_listen = "127.0.0.1:0";
-      o.table.backend = BackendKind::kCpu;
+      o.table.backend = Servers::kBackend;
       o.table.capacity = kCapacity / Servers::kShards;  // the cluster holds about what one server does
       o.table.key_width = 16;
       o.table.value_width = 32;
@@ -501,12 +512,12 @@ class ServiceModelTest : public testing::Test {
   std::vector<std::unique_ptr<Model>> clients_;
 };
 
-using Deployments = testing::Types<OneServer, ThreeShards>;
+using Deployments = testing::Types<OneServer, ThreeShards, ThreeGpuShards>;
 class DeploymentName {
  public:
   template <class T>
   static std::string GetName(int) {
-    return std::is_same_v<T, OneServer> ? "OneServer" : "ThreeShards";
+    return std::is_same_v<T, OneServer> ? "OneServer" : std::is_same_v<T, ThreeShards> ? "ThreeShards" : "ThreeGpuShards";
   }
 };
 TYPED_TEST_SUITE(ServiceModelTest, Deployments, DeploymentName);

@@ -7,26 +7,43 @@
 namespace gpukv {
 namespace {
 
-// CRC-16/XMODEM a byte at a time: crc = (crc << 8) ^ table[(crc >> 8) ^ byte].
-constexpr std::array<std::uint16_t, 256> crc16_table() {
-  std::array<std::uint16_t, 256> table{};
+// CRC-16/XMODEM, slicing by 8: kCrc16[k][x] is the CRC of byte x followed by k zero bytes, so eight bytes
+// fold into the CRC with eight independent table reads instead of a chain of eight dependent steps (a
+// sharded client hashes every key of every call: byte at a time, this was 13% of gpukv-load's CPU against
+// two shards). kCrc16[0] is the classic byte-at-a-time table.
+using Crc16Tables = std::array<std::array<std::uint16_t, 256>, 8>;
+constexpr Crc16Tables crc16_tables() {
+  Crc16Tables t{};
   for (std::uint32_t byte = 0; byte < 256; ++byte) {
     std::uint32_t crc = byte << 8;
     for (int bit = 0; bit < 8; ++bit) crc = (crc & 0x8000) != 0 ? (crc << 1) ^ 0x1021 : crc << 1;
-    table[byte] = static_cast<std::uint16_t>(crc);
+    t[0][byte] = static_cast<std::uint16_t>(crc);
   }
-  return table;
+  for (std::size_t k = 1; k < t.size(); ++k) {
+    for (std::uint32_t byte = 0; byte < 256; ++byte) {
+      const std::uint16_t prev = t[k - 1][byte];
+      t[k][byte] = static_cast<std::uint16_t>((prev << 8) ^ t[0][prev >> 8]);
+    }
+  }
+  return t;
 }
-constexpr std::array<std::uint16_t, 256> kCrc16 = crc16_table();
-// The check value of CRC-16/XMODEM (the CRC of "123456789") pins the table.
+constexpr Crc16Tables kCrc16 = crc16_tables();
+
 constexpr std::uint16_t crc16(std::string_view bytes) {
-  std::uint16_t crc = 0;
-  for (const char c : bytes) {
-    crc = static_cast<std::uint16_t>((crc << 8) ^ kCrc16[((crc >> 8) ^ static_cast<std::uint8_t>(c)) & 0xFF]);
+  std::uint32_t crc = 0;
+  const auto at = [&bytes](std::size_t i) { return static_cast<std::uint8_t>(bytes[i]); };
+  std::size_t i = 0;
+  // The CRC register (16 bits, most significant first) is the first two bytes' worth of the next block.
+  for (; i + 8 <= bytes.size(); i += 8) {
+    crc = kCrc16[7][at(i) ^ (crc >> 8)] ^ kCrc16[6][at(i + 1) ^ (crc & 0xFF)] ^ kCrc16[5][at(i + 2)] ^ kCrc16[4][at(i + 3)] ^
+          kCrc16[3][at(i + 4)] ^ kCrc16[2][at(i + 5)] ^ kCrc16[1][at(i + 6)] ^ kCrc16[0][at(i + 7)];
   }
-  return crc;
+  for (; i < bytes.size(); ++i) crc = ((crc << 8) ^ kCrc16[0][(crc >> 8) ^ at(i)]) & 0xFFFF;
+  return static_cast<std::uint16_t>(crc);
 }
+// The check value of CRC-16/XMODEM (the CRC of "123456789") pins the tables, through both loops.
 static_assert(crc16("123456789") == 0x31C3, "CRC-16/XMODEM check value");
+static_assert(crc16("") == 0, "CRC-16/XMODEM of nothing");
 static_assert(kSlotCount <= 65536 && (kSlotCount & (kSlotCount - 1)) == 0, "slots are the low bits of the CRC");
 
 }  // namespace
