@@ -1,7 +1,7 @@
 # Shared by the service scripts that run on the lent GPU machine (service_gpu.sh, server_ab.sh): start a
 # server, drive it with gpukv-load, and read what it did (per-thread CPU, batch metrics). Sourced from the
 # repository root with $log_name set; logs to $OUT/$log_name.log.
-bundle=.device/bundle
+bundle=${BUNDLE:-.device/bundle}
 [[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
 export LD_LIBRARY_PATH=$bundle/lib
 out=${OUT:-/tmp/out}
@@ -16,7 +16,7 @@ echo "# $(date -u +%FT%TZ) $(nproc) cores $(nvidia-smi --query-gpu=name --format
 serve() {
   local port=$1
   shift
-  "${server_bin:-$bundle/bin/gpukv-server}" --listen=127.0.0.1:"$port" --metrics_listen=127.0.0.1:0 --backend=gpu --log_level=warn "$@" \
+  "${server_bin:-$bundle/bin/gpukv-server}" --listen=127.0.0.1:"$port" --metrics_listen=127.0.0.1:0 --backend="${BACKEND:-gpu}" --log_level=warn "$@" \
     >>"$out/server.log" 2>&1 &
   server=$!
   for _ in $(seq 1 60); do
@@ -64,4 +64,81 @@ batch_metrics() {
 load_then_metrics() {
   load "$@"
   batch_metrics
+}
+
+# Several servers at once (cluster mode). start_shard <port> <gpu> <flags...>: a server on GPU <gpu> alone
+# (CUDA_VISIBLE_DEVICES), metrics on <port>+1000; waits until it answers health checks. Its pid joins
+# $shards and its metrics port $shard_metrics; stop_shards drains them all.
+shards=()
+shard_metrics=()
+start_shard() {
+  local port=$1 gpu=$2
+  shift 2
+  CUDA_VISIBLE_DEVICES=$gpu "${server_bin:-$bundle/bin/gpukv-server}" --listen=127.0.0.1:"$port" \
+    --metrics_listen=127.0.0.1:$((port + 1000)) --backend="${BACKEND:-gpu}" --log_level=warn "$@" >>"$out/server.log" 2>&1 &
+  shards+=($!)
+  shard_metrics+=($((port + 1000)))
+  for _ in $(seq 1 60); do
+    "$bundle/bin/gpukv" --target=127.0.0.1:"$port" health >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  echo "server on $port did not come up" | tee -a "$log"
+  return 1
+}
+stop_shards() {
+  ((${#shards[@]})) && kill -TERM "${shards[@]}" && wait "${shards[@]}"
+  shards=()
+  shard_metrics=()
+}
+# CPU time of a whole process so far, in nanoseconds (its threads' schedstat).
+process_ns() {
+  cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'
+}
+# metric <port> <name>: a metric's value (summed over its label sets) from a server's metrics port.
+metric() {
+  exec 3<>"/dev/tcp/127.0.0.1/$1" || { echo 0; return; }
+  printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+  awk -v n="$2" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.6f", s}' <&3
+  exec 3>&-
+}
+# The host's busy CPU time so far, in seconds summed over its cores (/proc/stat: all but idle and iowait).
+host_busy_s() {
+  awk '/^cpu / {printf "%.2f", ($2 + $3 + $4 + $7 + $8 + $9) / 100}' /proc/stat
+}
+# measure <label> <gpukv-load flags...>: one load line, then what each of $shards did meanwhile: the cores
+# its threads used and the share of the time a batch of it was executing (copies and kernels, from its
+# gpukv_batch_execution_seconds); each GPU's utilization as nvidia-smi samples it (the share of time some
+# kernel ran); the cores the load processes used; and the cores busy on the whole host.
+measure() {
+  local label=$1 i t0 t1 h0 h1 smi=
+  shift
+  local -a cpu0 ex0
+  for i in "${!shards[@]}"; do
+    cpu0[i]=$(process_ns "${shards[i]}")
+    ex0[i]=$(metric "${shard_metrics[i]}" gpukv_batch_execution_seconds_sum)
+  done
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=index,utilization.gpu --format=csv,noheader,nounits -lms 250 >"$out/smi.tmp" 2>/dev/null &
+    smi=$!
+  fi
+  h0=$(host_busy_s)
+  t0=$(date +%s%N)
+  local TIMEFORMAT="LOAD $label cores=%P"
+  { time load "$@"; } 2>"$out/time.tmp"
+  t1=$(date +%s%N)
+  h1=$(host_busy_s)
+  [[ -n $smi ]] && kill "$smi" && wait "$smi" 2>/dev/null
+  for i in "${!shards[@]}"; do
+    awk -v l="$label" -v i="$i" -v c0="${cpu0[i]}" -v c1="$(process_ns "${shards[i]}")" -v e0="${ex0[i]}" \
+      -v e1="$(metric "${shard_metrics[i]}" gpukv_batch_execution_seconds_sum)" -v ns="$((t1 - t0))" \
+      'BEGIN {printf "SHARD %s shard=%d cores=%.2f batch_executing=%.1f%%\n", l, i, (c1 - c0) / ns, 100 * (e1 - e0) * 1e9 / ns}' |
+      tee -a "$log"
+  done
+  [[ -n $smi ]] && awk -F', ' -v l="$label" '{s[$1] += $2; n[$1]++} END {for (g in s) printf "GPU %s gpu=%s utilization=%.1f%%\n", l, g, s[g] / n[g]}' \
+    "$out/smi.tmp" | sort | tee -a "$log"
+  # bash's time reports the load's CPU (its processes included) as a percentage of one core.
+  awk '/^LOAD/ {sub("cores=", "", $3); printf "%s %s load_cores=%.2f\n", $1, $2, $3 / 100}' "$out/time.tmp" | tee -a "$log"
+  awk -v l="$label" -v b0="$h0" -v b1="$h1" -v ns="$((t1 - t0))" -v n="$(nproc)" \
+    'BEGIN {printf "HOST %s busy_cores=%.2f of %d\n", l, (b1 - b0) * 1e9 / ns, n}' | tee -a "$log"
+  return 0
 }
