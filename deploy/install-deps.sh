@@ -17,7 +17,7 @@ packages=()
 for group in "${groups[@]}"; do
   case "$group" in
     build) packages+=(build-essential cmake libgtest-dev libgmock-dev
-             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev
+             libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev libxxhash-dev
              prometheus-cpp-dev) ;;
     test) packages+=(prometheus) ;;
     image) packages+=(buildah debootstrap) ;;

@@ -1,0 +1,125 @@
+#include "batch_record.hpp"
+
+#include <cstring>
+
+namespace gpukv::server::persistence {
+namespace {
+
+constexpr auto kPut = static_cast<std::uint8_t>(OpKind::kPut);
+constexpr auto kDelete = static_cast<std::uint8_t>(OpKind::kDelete);
+
+void put_u32(std::string& out, std::uint32_t v) {
+  const char bytes[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16), static_cast<char>(v >> 24)};
+  out.append(bytes, 4);
+}
+std::uint32_t get_u32(const std::uint8_t* p) {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 | static_cast<std::uint32_t>(p[2]) << 16 |
+         static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+// The kind a row is logged as, or 0 for a row that changed nothing.
+std::uint8_t logged_kind(std::uint8_t op, std::uint8_t status) {
+  if (status != static_cast<std::uint8_t>(OpStatus::kOk)) return 0;
+  if (op == kPut || op == static_cast<std::uint8_t>(OpKind::kPutIfAbsent)) return kPut;
+  return op == kDelete ? kDelete : 0;
+}
+
+}  // namespace
+
+std::size_t encode_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
+                          std::string& out) {
+  std::size_t count = 0, puts = 0, key_bytes = 0, value_bytes = 0;
+  for (std::size_t i = 0; i < in.size; ++i) {
+    const std::uint8_t kind = logged_kind(in.ops[i], status[i]);
+    if (kind == 0) continue;
+    ++count;
+    key_bytes += in.key_lens[i];
+    if (kind == kPut) {
+      ++puts;
+      value_bytes += in.value_lens[i];
+    }
+  }
+  if (count == 0) return 0;
+  const std::size_t start = out.size();
+  out.reserve(start + 8 + 2 * count + 4 * puts + key_bytes + value_bytes);
+  put_u32(out, static_cast<std::uint32_t>(count));
+  put_u32(out, static_cast<std::uint32_t>(puts));
+  for (std::size_t i = 0; i < in.size; ++i) {
+    if (const std::uint8_t kind = logged_kind(in.ops[i], status[i])) out.push_back(static_cast<char>(kind));
+  }
+  for (std::size_t i = 0; i < in.size; ++i) {
+    if (logged_kind(in.ops[i], status[i]) != 0) out.push_back(static_cast<char>(in.key_lens[i]));
+  }
+  for (std::size_t i = 0; i < in.size; ++i) {
+    if (logged_kind(in.ops[i], status[i]) == kPut) put_u32(out, in.value_lens[i]);
+  }
+  for (std::size_t i = 0; i < in.size; ++i) {
+    if (logged_kind(in.ops[i], status[i]) != 0) out.append(reinterpret_cast<const char*>(in.keys) + i * key_width, in.key_lens[i]);
+  }
+  for (std::size_t i = 0; i < in.size; ++i) {
+    if (logged_kind(in.ops[i], status[i]) == kPut) {
+      out.append(reinterpret_cast<const char*>(in.values) + i * value_stride, in.value_lens[i]);
+    }
+  }
+  return count;
+}
+
+std::string decode_writes(std::string_view payload, std::uint32_t key_width, std::uint32_t value_width, DecodedWrites* out) {
+  const auto* p = reinterpret_cast<const std::uint8_t*>(payload.data());
+  const std::size_t size = payload.size();
+  if (size < 8) return "a record of " + std::to_string(size) + " bytes is shorter than its counts";
+  DecodedWrites w;
+  w.count = get_u32(p);
+  w.puts = get_u32(p + 4);
+  if (w.count == 0 || w.puts > w.count) return "a record counts " + std::to_string(w.count) + " writes and " + std::to_string(w.puts) + " puts";
+  const std::size_t columns = 8 + 2 * w.count + 4 * w.puts;
+  if (size < columns) return "a record of " + std::to_string(size) + " bytes is shorter than its columns";
+  w.kinds = p + 8;
+  w.key_lengths = w.kinds + w.count;
+  w.value_lengths = w.key_lengths + w.count;
+  std::size_t puts = 0, key_bytes = 0, value_bytes = 0;
+  for (std::size_t i = 0; i < w.count; ++i) {
+    if (w.kinds[i] != kPut && w.kinds[i] != kDelete) return "write " + std::to_string(i) + " has kind " + std::to_string(w.kinds[i]);
+    if (w.key_lengths[i] > key_width) {
+      return "write " + std::to_string(i) + " has a key of " + std::to_string(w.key_lengths[i]) + " bytes, over the key width " +
+             std::to_string(key_width);
+    }
+    key_bytes += w.key_lengths[i];
+    puts += w.kinds[i] == kPut;
+  }
+  if (puts != w.puts) return "a record counts " + std::to_string(w.puts) + " puts and holds " + std::to_string(puts);
+  for (std::size_t j = 0; j < w.puts; ++j) {
+    const std::uint32_t len = get_u32(w.value_lengths + 4 * j);
+    if (len > value_width) {
+      return "put " + std::to_string(j) + " has a value of " + std::to_string(len) + " bytes, over the value width " + std::to_string(value_width);
+    }
+    value_bytes += len;
+  }
+  if (size != columns + key_bytes + value_bytes) {
+    return "a record of " + std::to_string(size) + " bytes whose columns add up to " + std::to_string(columns + key_bytes + value_bytes);
+  }
+  w.keys = p + columns;
+  w.values = w.keys + key_bytes;
+  *out = w;
+  return {};
+}
+
+void expand_writes(const DecodedWrites& writes, std::uint32_t key_width, std::uint32_t value_stride, std::uint8_t* ops,
+                   std::uint8_t* key_lens, std::uint8_t* keys, std::uint32_t* value_lens, std::uint8_t* values) {
+  const std::uint8_t* key = writes.keys;
+  const std::uint8_t* value = writes.values;
+  for (std::size_t i = 0, put = 0; i < writes.count; ++i) {
+    ops[i] = writes.kinds[i];
+    key_lens[i] = writes.key_lengths[i];
+    std::memcpy(keys + i * key_width, key, writes.key_lengths[i]);
+    key += writes.key_lengths[i];
+    value_lens[i] = 0;
+    if (writes.kinds[i] == kPut) {
+      value_lens[i] = get_u32(writes.value_lengths + 4 * put++);
+      std::memcpy(values + i * value_stride, value, value_lens[i]);
+      value += value_lens[i];
+    }
+  }
+}
+
+}  // namespace gpukv::server::persistence
