@@ -45,6 +45,13 @@ ABSL_FLAG(std::string, tls_cert, "", "TLS certificate (PEM); plaintext when empt
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
+ABSL_FLAG(std::string, data_dir, "",
+          "directory that keeps the table across restarts (its write-ahead log); empty: nothing is kept");
+ABSL_FLAG(std::string, wal, "off",
+          "write-ahead log with --data_dir: batch (each write durable before it is acknowledged: one fdatasync per "
+          "batch), everysec (fdatasync once a second: a crash loses up to a second) or off");
+ABSL_FLAG(bool, recover_skip_corrupt, false,
+          "at start-up, pass over damaged log records (losing their writes) instead of refusing to start");
 ABSL_FLAG(std::uint32_t, shard_count, 1,
           "cluster mode: the number of shards (servers) the keys are spread over; 1: not sharded");
 ABSL_FLAG(std::string, shard_index, "0",
@@ -86,6 +93,8 @@ int main(int argc, char** argv) {
   // Debian builds Abseil without NDEBUG, which leaves absl::Mutex's lock-order graph on; gRPC takes absl
   // mutexes on every call, and keeping the graph cost about 7% of the server's CPU at 20 K unary calls/s.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // A write past a file size limit fails with EFBIG (the log reports it) instead of killing the server.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   // Signals are taken synchronously by this thread: block them before any other thread starts.
   sigset_t signals;
@@ -123,6 +132,15 @@ int main(int argc, char** argv) {
   try {
     options.shard_count = absl::GetFlag(FLAGS_shard_count);
     options.shard_index = gpukv::server::parse_shard_index(absl::GetFlag(FLAGS_shard_index), gpukv::server::host_name());
+    options.durability.data_dir = absl::GetFlag(FLAGS_data_dir);
+    options.durability.wal = gpukv::server::persistence::parse_wal_mode(absl::GetFlag(FLAGS_wal));
+    options.durability.recover_skip_corrupt = absl::GetFlag(FLAGS_recover_skip_corrupt);
+    if (!options.durability.data_dir.empty() && options.durability.wal == gpukv::server::persistence::WalMode::kOff) {
+      throw std::invalid_argument("--data_dir keeps data through the write-ahead log: give --wal=batch or --wal=everysec");
+    }
+    if (options.durability.data_dir.empty() && options.durability.wal != gpukv::server::persistence::WalMode::kOff) {
+      throw std::invalid_argument("--wal needs --data_dir, the directory the log is written to");
+    }
     gpukv::server::Server server(options);
     std::printf("gpukv-server listening on port %d, metrics on port %d, backend %s\n", server.port(), server.metrics_port(),
                 server.backend().c_str());

@@ -8,10 +8,11 @@
 #                Prometheus configuration, alert rules and their unit tests, the Grafana dashboard's queries, and
 #                the server scraped by a real Prometheus.
 #   build-tsan/  the CPU backend and the batcher under ThreadSanitizer: the concurrency stress, the batcher's
-#                tests, shortened model tests, and the many-client model test over gRPC (Debian's gRPC is not
+#                tests, shortened model tests, the write-ahead log's files, and the many-client model test over gRPC (Debian's gRPC is not
 #                instrumented: see tests/tsan-suppressions.txt and the end of CMakeLists.txt).
 # GPUKV_IMAGE_TEST=1 adds the slow image test (tests/deploy/image_test.sh: builds docker/Dockerfile with buildah
-# and runs the image; needs root).
+# and runs the image; needs root). GPUKV_LONG=1 runs the long suite: 25 kill -9 rounds of the durability test
+# instead of 5.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${GPUKV_JOBS:-2}
@@ -22,7 +23,8 @@ echo "== build: Release"
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j"$jobs"
 echo "== tests: Release"
-ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
+GPUKV_KILL_ROUNDS=$([ "${GPUKV_LONG:-0}" = 1 ] && echo 25 || echo 5) \
+  ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
 
 echo "== tests: end to end (the server binary on 127.0.0.1, a Python grpcio client)"
 venv="$root/build/e2e-venv"
@@ -47,10 +49,10 @@ fi
 echo "== build: ThreadSanitizer (CPU backend)"
 cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=thread \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUKV_BUILD_BENCH=OFF -DGPUKV_BUILD_SERVICE=ON >/dev/null
-cmake --build "$root/build-tsan" -j"$jobs" --target table_test server_test service_model_test
+cmake --build "$root/build-tsan" -j"$jobs" --target table_test server_test service_model_test persistence_test
 echo "== tests: ThreadSanitizer"
 GPUKV_TEST_SCALE=0.2 TSAN_OPTIONS="halt_on_error=1 abort_on_error=0" \
-  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress|Batcher|DecideBatch'
+  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress|Batcher|DecideBatch|LogDir|BatchRecord'
 # The gRPC test alone gets the suppressions for gRPC's own reports. The uninstrumented libraries it links
 # are ignored as a whole; called_from_lib needs each one's exact name, so the list is made from the binary.
 supp="$root/build-tsan/tsan-suppressions.txt"

@@ -167,11 +167,12 @@ void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
 }  // namespace
 
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch,
-                 std::function<void(const TableStats&, std::size_t)> on_executed)
+                 std::function<void(const TableStats&, std::size_t)> on_executed, BatchLog log)
     : table_(table),
       config_(config),
       on_batch_(std::move(on_batch)),
       on_executed_(std::move(on_executed)),
+      log_(std::move(log)),
       key_width_(table.config().key_width),
       value_width_(table.config().value_width),
       value_stride_(table.value_stride()) {
@@ -572,6 +573,16 @@ void Batcher::execute(StagedBatch& batch) {
     batch.failed = true;
     for (const Segment& s : batch.segments) {
       if (s.call->failure.empty()) s.call->failure = std::string("the table failed: ") + e.what();
+    }
+  }
+  if (!batch.failed && log_) {
+    if (const std::string error = log_(batch.in(), batch.status); !error.empty()) {
+      for (const Segment& s : batch.segments) {
+        const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
+          return op == static_cast<std::uint8_t>(OpKind::kDelete) || is_write(op);
+        });
+        if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
+      }
     }
   }
   batch.executed = Clock::now();

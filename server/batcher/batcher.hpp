@@ -122,14 +122,21 @@ struct BatchReport {
   TableStats table{};  // the table's figures right after the batch ran
 };
 
+// A write-ahead log of executed batches: given a batch's columns and its result column after it ran, makes
+// its successful writes durable as its policy says, and returns an error message, or empty.
+using BatchLog = std::function<std::string(const BatchIn& in, const std::uint8_t* status)>;
+
 class Batcher {
  public:
-  // `table` must outlive the batcher; its max_batch must be at least config.batch_size. Both callbacks run on
+  // `table` must outlive the batcher; its max_batch must be at least config.batch_size. The callbacks run on
   // the execution thread: on_executed(table stats, ops) after each batch has run on the table and before any
   // of its calls is answered, so that a client holding an answer finds its batch in them; on_batch after
-  // the batch's calls are answered, with its full report.
+  // the batch's calls are answered, with its full report; `log` after each batch has run and before any of
+  // its calls is answered. When the log fails, every call of the batch with a write in it fails
+  // (UNAVAILABLE, naming the log's error): its writes are in the table but not durable, so none is
+  // acknowledged; calls of GETs only are answered as usual.
   Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {},
-          std::function<void(const TableStats&, std::size_t ops)> on_executed = {});
+          std::function<void(const TableStats&, std::size_t ops)> on_executed = {}, BatchLog log = {});
   ~Batcher();  // drains
   Batcher(const Batcher&) = delete;
   Batcher& operator=(const Batcher&) = delete;
@@ -189,6 +196,7 @@ class Batcher {
   const BatcherConfig config_;
   const std::function<void(const BatchReport&)> on_batch_;
   const std::function<void(const TableStats&, std::size_t)> on_executed_;
+  const BatchLog log_;
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;
   const std::uint32_t value_stride_;

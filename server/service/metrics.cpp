@@ -106,6 +106,31 @@ Metrics::Metrics(const std::string& address)
                        .Help("Keys refused because they belong to another shard (a client with a stale or no shard map)")
                        .Register(*registry_)
                        .Add({})),
+      wal_bytes_(prometheus::BuildCounter()
+                     .Name("gpukv_wal_bytes_total")
+                     .Help("Bytes appended to the write-ahead log (--data_dir with --wal)")
+                     .Register(*registry_)
+                     .Add({})),
+      wal_failures_(prometheus::BuildCounter()
+                        .Name("gpukv_wal_failures_total")
+                        .Help("Batches whose writes the write-ahead log could not make durable (their write calls failed)")
+                        .Register(*registry_)
+                        .Add({})),
+      wal_fsync_(prometheus::BuildHistogram()
+                     .Name("gpukv_wal_fsync_seconds")
+                     .Help("Time one fdatasync of the write-ahead log took")
+                     .Register(*registry_)
+                     .Add({}, seconds_buckets())),
+      recovery_seconds_(prometheus::BuildGauge()
+                            .Name("gpukv_recovery_seconds")
+                            .Help("Time start-up took to replay the data directory into the table")
+                            .Register(*registry_)
+                            .Add({})),
+      recovery_writes_(prometheus::BuildGauge()
+                           .Name("gpukv_recovery_writes")
+                           .Help("Writes start-up replayed from the write-ahead log")
+                           .Register(*registry_)
+                           .Add({})),
       exposer_(std::make_unique<prometheus::Exposer>(address)) {
   exposer_->RegisterCollectable(registry_);
 }
@@ -157,6 +182,13 @@ void Metrics::on_request(const char* method, grpc::StatusCode code) {
 }
 
 void Metrics::on_wrong_shard(std::size_t keys) { wrong_shard_.Increment(static_cast<double>(keys)); }
+void Metrics::on_wal_append(std::size_t bytes) { wal_bytes_.Increment(static_cast<double>(bytes)); }
+void Metrics::on_wal_failure() { wal_failures_.Increment(); }
+void Metrics::on_wal_sync(double seconds) { wal_fsync_.Observe(seconds); }
+void Metrics::on_recovery(double seconds, std::uint64_t writes) {
+  recovery_seconds_.Set(seconds);
+  recovery_writes_.Set(static_cast<double>(writes));
+}
 
 void Metrics::on_batch(const BatchReport& report, std::size_t queued_ops) {
   batches_.Increment();

@@ -28,6 +28,12 @@ class Metrics {
   int port() const;
   void on_request(const char* method, grpc::StatusCode code);
   void on_wrong_shard(std::size_t keys);
+  // The write-ahead log (any thread): bytes appended, a batch it failed, one fdatasync's time; start-up's
+  // replay.
+  void on_wal_append(std::size_t bytes);
+  void on_wal_failure();
+  void on_wal_sync(double seconds);
+  void on_recovery(double seconds, std::uint64_t writes);
   // After each batch: the batch's figures and the table's state after it (report.table). on_table: the
   // table's state alone (at start). Called from one thread at a time.
   void on_batch(const BatchReport& report, std::size_t queued_ops);
@@ -67,6 +73,11 @@ class Metrics {
   prometheus::Counter& host_writes_;
   prometheus::Counter& host_avoided_;
   prometheus::Counter& wrong_shard_;
+  prometheus::Counter& wal_bytes_;
+  prometheus::Counter& wal_failures_;
+  prometheus::Histogram& wal_fsync_;
+  prometheus::Gauge& recovery_seconds_;
+  prometheus::Gauge& recovery_writes_;
   TableStats last_{};  // as of the previous on_table
   std::unique_ptr<prometheus::Exposer> exposer_;
 };

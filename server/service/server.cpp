@@ -58,12 +58,27 @@ Server::Server(const ServerOptions& options) : options_(options) {
   spdlog::info("listening on port {} (metrics on port {}); building the table", port_, metrics_->port());
 
   table_ = std::make_unique<Table>(options_.table);
+  BatchLog log;
+  if (!options_.durability.data_dir.empty()) {
+    spdlog::info("recovering {} (--wal={})", options_.durability.data_dir.string(), persistence::to_string(options_.durability.wal));
+    Metrics* m = metrics_.get();
+    durability_ = std::make_unique<persistence::Durability>(
+        options_.durability, *table_,
+        persistence::DurabilityObservers{[m](std::size_t bytes) { m->on_wal_append(bytes); }, [m] { m->on_wal_failure(); },
+                                         [m](double seconds) { m->on_wal_sync(seconds); }});
+    const persistence::Recovery& r = durability_->recovery();
+    metrics_->on_recovery(r.took.count(), r.writes);
+    spdlog::info("recovered {} writes from {} log records in {} segments in {:.3f} s", r.writes, r.log.records, r.log.segments, r.took.count());
+    if (!r.log.torn.empty()) spdlog::warn("dropped a torn last log record (a write cut short, never acknowledged): {}", r.log.torn);
+    for (const std::string& lost : r.log.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its writes lost: {}", lost);
+    log = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status) { return d->log_batch(in, status); };
+  }
   const TableStats stats = table_->stats();
   metrics_->on_table(stats, 0);  // before the batcher's thread takes over the metrics
   batcher_ = std::make_unique<Batcher>(
       *table_, options_.batcher,
       [this](const BatchReport& report) { metrics_->on_batch(report, batcher_->queued_ops()); },
-      [this](const TableStats& stats, std::size_t ops) { service_->update_stats(stats, ops); });
+      [this](const TableStats& stats, std::size_t ops) { service_->update_stats(stats, ops); }, std::move(log));
   service_->attach(batcher_.get(), stats, to_string(table_->backend()), table_->device_name());
   set_health(*grpc_, true);
   spdlog::info("serving: backend {} ({}), key width {} B, value width {} B, capacity {} slots ({} keys at the maximum load)",

@@ -2,7 +2,8 @@
 // metrics endpoint, started and stopped in the right order.
 //
 // Start: metrics and gRPC listen first, health NOT_SERVING and calls UNAVAILABLE while the table is built
-// (a large table takes a while to allocate); then the service is attached and health turns SERVING.
+// (a large table takes a while to allocate) and the data directory, if any, is replayed into it; then the
+// service is attached and health turns SERVING.
 // Shutdown: health NOT_SERVING, new calls UNAVAILABLE, every queued call finished, then gRPC shuts down
 // with a deadline for whatever is still in flight.
 #pragma once
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "batcher/batcher.hpp"
+#include "persistence/durability.hpp"
 #include "kv_service.hpp"
 #include "metrics.hpp"
 
@@ -29,6 +31,8 @@ struct ServerOptions {
   // Cluster mode: this server is shard shard_index of shard_count and refuses the keys of the others.
   std::uint32_t shard_index = 0;
   std::uint32_t shard_count = 1;
+  // Persistence: with a data directory, start-up replays its log and executed batches' writes are logged.
+  persistence::DurabilityOptions durability;
 };
 
 class Server {
@@ -50,6 +54,7 @@ class Server {
   std::unique_ptr<KvService> service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<Table> table_;
+  std::unique_ptr<persistence::Durability> durability_;  // after the table, before the batcher that logs to it
   std::unique_ptr<Batcher> batcher_;
   int port_ = 0;
   bool stopped_ = false;

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "gpukv/cluster.hpp"
-#include "server_process.hpp"
+#include "support/server_process.hpp"
 
 namespace gpukv {
 namespace {

@@ -168,6 +168,20 @@ def test_configmap_sets_real_server_flags_on_the_ports_the_pod_declares():
     assert config["data"]["GPUKV_METRICS_LISTEN"].rsplit(":", 1)[1] == str(ports["metrics"])
 
 
+def test_each_shard_keeps_its_log_on_a_volume_of_its_own():
+    # The data directory the servers are told is where each pod mounts its own claim, writable by the server's
+    # group, and the log makes every write durable before it is acknowledged.
+    config = one("ConfigMap", "gpukv-config")["data"]
+    sts = one("StatefulSet")
+    claims = {t["metadata"]["name"]: t for t in sts["spec"]["volumeClaimTemplates"]}
+    mounts = {m["mountPath"]: m["name"] for m in container()["volumeMounts"]}
+    assert mounts.get(config["GPUKV_DATA_DIR"]) in claims, (config["GPUKV_DATA_DIR"], mounts)
+    claim = claims[mounts[config["GPUKV_DATA_DIR"]]]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pod_spec()["securityContext"]["fsGroup"] == pod_spec()["securityContext"]["runAsGroup"]
+    assert config["GPUKV_WAL"] == "batch"
+
+
 def test_pod_and_image_agree_on_user_and_ports():
     dockerfile = read("docker", "Dockerfile")
     uid, gid = re.search(r"^USER (\d+):(\d+)$", dockerfile, re.M).groups()

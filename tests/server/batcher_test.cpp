@@ -236,6 +236,52 @@ TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   }
 }
 
+// The write-ahead log hook: it sees every executed batch with its results before any call is answered, and
+// when it fails, the calls that wrote fail (UNAVAILABLE, never acknowledged) while a GET-only call in the same
+// batch is answered.
+TEST(Batcher, TheLogSeesEachBatchBeforeItsCallsAreAnsweredAndItsFailureFailsTheWriters) {
+  Table table(cpu_table());
+  BatcherConfig bc;
+  bc.batch_size = 3;
+  bc.max_delay = 1h;  // the three calls below share one batch
+  std::atomic<bool> failing{false};
+  std::atomic<int> logged_writes{0}, answered_before_log{0};
+  std::vector<TestCall*> in_batch;  // set before the batch's calls are submitted
+  Batcher batcher(table, bc, {}, {}, [&](const BatchIn& in, const std::uint8_t* status) -> std::string {
+    for (std::size_t i = 0; i < in.size; ++i) logged_writes += in.ops[i] != 0 && status[i] == 0;
+    for (TestCall* t : in_batch) answered_before_log += t->future.wait_for(0s) == std::future_status::ready;
+    return failing ? "no space left on device" : "";
+  });
+  {
+    TestCall a, b, c;
+    in_batch = {&a, &b, &c};
+    batcher.submit(a.op(OpKind::kPut, "x", "1").call());
+    batcher.submit(b.op(OpKind::kPut, "y", "2").call());
+    batcher.submit(c.op(OpKind::kDelete, "x").call());
+    for (TestCall* t : {&a, &b, &c}) ASSERT_EQ(t->wait(), CallCode::kOk);
+    EXPECT_EQ(logged_writes.load(), 3);
+    EXPECT_EQ(answered_before_log.load(), 0);
+  }
+  failing = true;
+  TestCall put, del, get;
+  in_batch.clear();
+  std::string message;
+  Call put_call = put.op(OpKind::kPut, "z", "3").call();
+  put_call.done = [&](CallCode code, std::string_view why) {
+    message = why;
+    put.promise.set_value(code);
+  };
+  batcher.submit(std::move(put_call));
+  batcher.submit(del.op(OpKind::kDelete, "x").call());  // a delete that finds nothing is a write all the same
+  batcher.submit(get.op(OpKind::kGet, "y").call());
+  EXPECT_EQ(put.wait(), CallCode::kUnavailable);
+  EXPECT_NE(message.find("no space left on device"), std::string::npos) << message;
+  EXPECT_EQ(del.wait(), CallCode::kUnavailable);
+  ASSERT_EQ(get.wait(), CallCode::kOk) << "a call of GETs alone is answered";
+  EXPECT_EQ(get.status(0), OpStatus::kOk);
+  EXPECT_EQ(get.value(0), "2");
+}
+
 TEST(Batcher, MalformedOpsAreRejectedAloneAndChangeNothing) {
   Table table(cpu_table());
   Batcher batcher(table, BatcherConfig{});
