@@ -10,8 +10,10 @@
 
 namespace gpukv::server {
 
-// Three batches: one filling while one runs and the one before it is answered.
+// Three batches: one filling while one runs and the one before it is answered; with a write-ahead log, a
+// fourth, being logged between running and being answered.
 constexpr std::size_t kBatches = 3;
+constexpr std::size_t kBatchesWithLog = 4;
 
 constexpr const char* kExpired = "the deadline passed while the call was queued";
 
@@ -173,6 +175,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
       on_batch_(std::move(on_batch)),
       on_executed_(std::move(on_executed)),
       log_(std::move(log)),
+      batch_count_(log_ ? kBatchesWithLog : kBatches),
       key_width_(table.config().key_width),
       value_width_(table.config().value_width),
       value_stride_(table.value_stride()) {
@@ -180,7 +183,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
     throw std::invalid_argument("batch_size must be 1.." + std::to_string(table.config().max_batch) +
                                 " (the table's max_batch)");
   }
-  for (std::size_t i = 0; i < kBatches; ++i) {
+  for (std::size_t i = 0; i < batch_count_; ++i) {
     batches_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
     free_.push_back(batches_.back().get());
   }
@@ -194,6 +197,12 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
     pthread_setname_np(pthread_self(), "gpukv-execute");
     execute_loop();
   });
+  if (log_) {
+    logger_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "gpukv-log");
+      log_loop();
+    });
+  }
   for (unsigned i = 0; i < config_.completion_threads; ++i) {
     completers_.emplace_back([this] {
       pthread_setname_np(pthread_self(), "gpukv-answer");
@@ -325,7 +334,7 @@ void Batcher::drain() {
     std::unique_lock lock(mutex_);
     // Every batch free (or the empty filling one): nothing queued, running or being answered.
     idle_.wait(lock, [&] {
-      return queue_.empty() && free_.size() + 1 == kBatches && filling_ != nullptr && filling_->size == 0 && refusing_ == 0;
+      return queue_.empty() && free_.size() + 1 == batch_count_ && filling_ != nullptr && filling_->size == 0 && refusing_ == 0;
     });
     stopping_ = true;
   }
@@ -333,6 +342,12 @@ void Batcher::drain() {
   batch_ready_.notify_all();
   if (stager_.joinable()) stager_.join();
   if (executor_.joinable()) executor_.join();
+  {
+    std::lock_guard lock(log_mutex_);  // every batch is free: none is waiting to be logged
+    log_stop_ = true;
+  }
+  log_ready_.notify_all();
+  if (logger_.joinable()) logger_.join();
   {
     std::lock_guard lock(completion_mutex_);  // every job is done: every batch is free
     completion_stop_ = true;
@@ -543,15 +558,23 @@ void Batcher::execute_loop() {
     lock.unlock();
     if (after != nullptr) prefetch(*after);
     execute(*batch);
-    // Answered here, the batch keeps the table busy until its calls are answered (for launch_when_idle).
-    if (completers_.empty()) hand_out_answers(*batch);
+    if (log_) {
+      // Logged and answered by the log thread, in order, while the next batch runs.
+      {
+        std::lock_guard log_lock(log_mutex_);
+        log_queue_.push_back(batch);
+      }
+      log_ready_.notify_one();
+    } else if (completers_.empty()) {
+      hand_out_answers(*batch);  // answered here, the batch keeps the table busy until then (launch_when_idle)
+    }
     lock.lock();
     executing_ = false;
     // With launch_when_idle, a batch that filled while this one ran starts now.
     if (config_.launch_when_idle && closed_.empty() && filling_ != nullptr && filling_->size != 0) {
       if (StagedBatch* next = close_filling()) publish(lock, *next);
     }
-    if (!completers_.empty()) {
+    if (!log_ && !completers_.empty()) {
       lock.unlock();
       hand_out_answers(*batch);
       lock.lock();
@@ -575,20 +598,35 @@ void Batcher::execute(StagedBatch& batch) {
       if (s.call->failure.empty()) s.call->failure = std::string("the table failed: ") + e.what();
     }
   }
-  if (!batch.failed && log_) {
-    if (const std::string error = log_(batch.in(), batch.status); !error.empty()) {
-      for (const Segment& s : batch.segments) {
-        const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
-          return op == static_cast<std::uint8_t>(OpKind::kDelete) || is_write(op);
-        });
-        if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
-      }
-    }
-  }
   batch.executed = Clock::now();
   report.execute_time = batch.executed - start;
   if (on_batch_ || on_executed_) report.table = table_.stats();
   if (on_executed_) on_executed_(report.table, batch.size);
+}
+
+void Batcher::log_loop() {
+  std::unique_lock lock(log_mutex_);
+  for (;;) {
+    log_ready_.wait(lock, [&] { return !log_queue_.empty() || log_stop_; });
+    if (log_queue_.empty()) return;
+    StagedBatch& batch = *log_queue_.front();
+    log_queue_.pop_front();
+    lock.unlock();
+    // Batches are logged, and then answered, in the order they ran: a batch's reads may see the writes of
+    // the batch before it, which are durable by the time they are answered.
+    if (!batch.failed) {
+      if (const std::string error = log_(batch.in(), batch.status); !error.empty()) {
+        for (const Segment& s : batch.segments) {
+          const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
+            return op == static_cast<std::uint8_t>(OpKind::kDelete) || is_write(op);
+          });
+          if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
+        }
+      }
+    }
+    hand_out_answers(batch);
+    lock.lock();
+  }
 }
 
 void Batcher::hand_out_answers(StagedBatch& batch) {

@@ -16,8 +16,10 @@
 // last copy hands it to Table::prefetch, so its copy to the GPU overlaps the batch running now. The
 // execution thread only executes: with completion_threads, runs of an executed batch's rows are answered
 // (results written into their calls, done() run for each call whose last row it was) on those threads
-// while the next batch runs; without, it answers each batch itself before the next. A call larger than a
-// batch spans consecutive batches, and is answered once all of its rows are.
+// while the next batch runs; without, it answers each batch itself before the next. With a write-ahead log,
+// a log thread takes each executed batch in turn, logs its writes and then answers it, and a fourth batch
+// lets one fill, one run, one be logged and one be answered at once. A call larger than a batch spans
+// consecutive batches, and is answered once all of its rows are.
 //
 // Knows nothing of gRPC: the service adapts calls to CallOps / CallResults.
 #pragma once
@@ -128,13 +130,15 @@ using BatchLog = std::function<std::string(const BatchIn& in, const std::uint8_t
 
 class Batcher {
  public:
-  // `table` must outlive the batcher; its max_batch must be at least config.batch_size. The callbacks run on
-  // the execution thread: on_executed(table stats, ops) after each batch has run on the table and before any
-  // of its calls is answered, so that a client holding an answer finds its batch in them; on_batch after
-  // the batch's calls are answered, with its full report; `log` after each batch has run and before any of
-  // its calls is answered. When the log fails, every call of the batch with a write in it fails
-  // (UNAVAILABLE, naming the log's error): its writes are in the table but not durable, so none is
-  // acknowledged; calls of GETs only are answered as usual.
+  // `table` must outlive the batcher; its max_batch must be at least config.batch_size. on_executed and
+  // on_batch run on the execution thread: on_executed(table stats, ops) after each batch has run on the
+  // table and before any of its calls is answered, so that a client holding an answer finds its batch in
+  // them; on_batch after the batch's calls are answered, with its full report. `log` runs on a thread of its
+  // own, for each batch in the order they ran, after the batch has run and before any of its calls is
+  // answered: the next batch runs while one is logged, and a read is answered only once every write it may
+  // have seen is logged. When the log fails, every call of the batch with a write in it fails (UNAVAILABLE,
+  // naming the log's error): its writes are in the table but not durable, so none is acknowledged; calls
+  // of GETs only are answered as usual.
   Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {},
           std::function<void(const TableStats&, std::size_t ops)> on_executed = {}, BatchLog log = {});
   ~Batcher();  // drains
@@ -164,6 +168,8 @@ class Batcher {
   void stage_loop();
   void execute_loop();
   void complete_loop();
+  // With a log: logs each executed batch, in order, then answers it (hand_out_answers).
+  void log_loop();
   // The helpers below that take the lock run with mutex_ held (they may release it for a while).
   // Moves calls from the head of the queue into the filling batch, reserving their rows; refuses calls whose
   // deadline has passed; closes the batch if it is now full. Returns what the caller does outside the lock.
@@ -197,6 +203,7 @@ class Batcher {
   const std::function<void(const BatchReport&)> on_batch_;
   const std::function<void(const TableStats&, std::size_t)> on_executed_;
   const BatchLog log_;
+  const std::size_t batch_count_;  // staged batches: 3, or 4 with a log (one of them being logged)
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;
   const std::uint32_t value_stride_;
@@ -232,6 +239,13 @@ class Batcher {
   std::deque<AnswerJob> answer_jobs_;         // guarded by completion_mutex_
   bool completion_stop_ = false;              // guarded by completion_mutex_
   std::vector<std::thread> completers_;
+
+  // Executed batches waiting for the log thread, in the order they ran (with a log only).
+  std::mutex log_mutex_;
+  std::condition_variable log_ready_;     // the log thread waits: a batch, or stopping
+  std::deque<StagedBatch*> log_queue_;    // guarded by log_mutex_
+  bool log_stop_ = false;                 // guarded by log_mutex_
+  std::thread logger_;
 };
 
 }  // namespace gpukv::server

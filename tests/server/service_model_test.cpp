@@ -4,7 +4,8 @@
 // stream calls (GET, PUT, PUT_IF_ABSENT, DELETE; overwrites, deletes and re-inserts). The same test runs
 // against one server through client::Client and against a cluster of three shards (three servers, each
 // refusing the others' keys) through client::ClusterClient, whose calls are split by shard and merged; and
-// the three shards once more on the GPU backend where a GPU is present (skipped, and said so, where not):
+// the three shards once more on the GPU backend where a GPU is present (skipped, and said so, where not); and
+// one server with a write-ahead log (--wal=batch), whose log thread answers every batch:
 //
 // - Each client owns a disjoint key range and keeps its own std::unordered_map model. Its calls are
 //   sequential (stream groups are pipelined, but the stream keeps their order), so every result on an
@@ -21,11 +22,13 @@
 // The seeds are fixed (GPUKV_SEED overrides) and every failure names its client, seed, phase and step.
 // GPUKV_TEST_SCALE scales the sequence lengths (the ThreadSanitizer build runs a fifth).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -154,6 +157,12 @@ struct ThreeShards {
 struct ThreeGpuShards : ThreeShards {
   static constexpr BackendKind kBackend = BackendKind::kGpu;
 };
+
+// One server whose writes go through the write-ahead log (--wal=batch): its log thread answers every batch.
+struct OneDurableServer : OneServer {};
+
+template <class Servers>
+constexpr bool kDurable = std::is_same_v<Servers, OneDurableServer>;
 
 template <class Servers>
 class ModelClient {
@@ -439,6 +448,11 @@ class ServiceModelTest : public testing::Test {
       o.batcher.completion_threads = 3;  // calls answered concurrently, stream responses still in order
       o.shard_index = shard;
       o.shard_count = Servers::kShards;
+      if constexpr (kDurable<Servers>) {
+        data_dir_ = std::filesystem::temp_directory_path() / ("gpukv-model-wal-" + std::to_string(getpid()));
+        std::filesystem::remove_all(data_dir_);
+        o.durability = {data_dir_, server::persistence::WalMode::kEveryBatch, false};
+      }
       servers_.push_back(std::make_unique<Server>(o));
       ports.push_back(servers_.back()->port());
     }
@@ -506,18 +520,27 @@ class ServiceModelTest : public testing::Test {
     EXPECT_EQ(stats.tiers(0).items(), expected_items) << "the table holds keys no model has, or lost some";
   }
 
+  void TearDown() override {
+    clients_.clear();
+    servers_.clear();
+    if (!data_dir_.empty()) std::filesystem::remove_all(data_dir_);
+  }
+
   std::vector<std::unique_ptr<Server>> servers_;
+  std::filesystem::path data_dir_;
   HotKeys hot_;
   Failures failures_;
   std::vector<std::unique_ptr<Model>> clients_;
 };
 
-using Deployments = testing::Types<OneServer, ThreeShards, ThreeGpuShards>;
+using Deployments = testing::Types<OneServer, ThreeShards, ThreeGpuShards, OneDurableServer>;
 class DeploymentName {
  public:
   template <class T>
   static std::string GetName(int) {
-    return std::is_same_v<T, OneServer> ? "OneServer" : std::is_same_v<T, ThreeShards> ? "ThreeShards" : "ThreeGpuShards";
+    if (std::is_same_v<T, OneServer>) return "OneServer";
+    if (std::is_same_v<T, ThreeShards>) return "ThreeShards";
+    return std::is_same_v<T, ThreeGpuShards> ? "ThreeGpuShards" : "OneDurableServer";
   }
 };
 TYPED_TEST_SUITE(ServiceModelTest, Deployments, DeploymentName);
