@@ -3,7 +3,8 @@
 # how fast a restart replays it. One server (16-byte keys, 8-byte values, 64 M slots) per log setting, off,
 # batch and everysec, each with a fresh data directory on the machine's local disk, under the same write-heavy
 # lines; each line's figures, then the log's bytes and its fdatasync count and mean time from /metrics.
-# Then the batch server is killed with SIGKILL and started again on its directory: the replay's time.
+# Then the batch server is killed with SIGKILL and started again on its directory: the replay's time. First,
+# bench/wal_bench's figures for the log alone.
 # Logs to $OUT/durability_gpu.log.
 set -uo pipefail
 log_name=durability_gpu
@@ -13,6 +14,8 @@ keys=--keys=16000000
 data=${DATA_ROOT:-/tmp/gpukv-wal}
 rm -rf "$data"
 df -h "$(dirname "$data")" | tail -1 | tee -a "$log"
+# The log's own costs, apart from gRPC: encode, write, fdatasync, and replay into a GPU table.
+"$bundle/bin/wal_bench" --dir="$data/bench" --backend=gpu --batches=200 2>&1 | tee -a "$log"
 
 wal_metrics() {  # the log's figures so far, from the latest shard's metrics port
   local port=${shard_metrics[0]}

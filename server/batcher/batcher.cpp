@@ -606,26 +606,35 @@ void Batcher::execute(StagedBatch& batch) {
 
 void Batcher::log_loop() {
   std::unique_lock lock(log_mutex_);
+  std::deque<StagedBatch*> group;
   for (;;) {
     log_ready_.wait(lock, [&] { return !log_queue_.empty() || log_stop_; });
     if (log_queue_.empty()) return;
-    StagedBatch& batch = *log_queue_.front();
-    log_queue_.pop_front();
+    group.swap(log_queue_);  // every batch waiting: one sync makes them all durable
     lock.unlock();
     // Batches are logged, and then answered, in the order they ran: a batch's reads may see the writes of
-    // the batch before it, which are durable by the time they are answered.
-    if (!batch.failed) {
-      if (const std::string error = log_(batch.in(), batch.status); !error.empty()) {
-        for (const Segment& s : batch.segments) {
-          const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
-            return op == static_cast<std::uint8_t>(OpKind::kDelete) || is_write(op);
-          });
-          if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
-        }
+    // the batches before it, which are durable by the time it is answered.
+    for (StagedBatch* batch : group) {
+      if (batch->failed) continue;
+      if (const std::string error = log_.append(batch->in(), batch->status); !error.empty()) fail_writers(*batch, error);
+    }
+    if (const std::string error = log_.sync(); !error.empty()) {
+      for (StagedBatch* batch : group) {
+        if (!batch->failed) fail_writers(*batch, error);
       }
     }
-    hand_out_answers(batch);
+    for (StagedBatch* batch : group) hand_out_answers(*batch);
+    group.clear();
     lock.lock();
+  }
+}
+
+void Batcher::fail_writers(StagedBatch& batch, const std::string& error) {
+  for (const Segment& s : batch.segments) {
+    const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
+      return op == static_cast<std::uint8_t>(OpKind::kDelete) || is_write(op);
+    });
+    if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
   }
 }
 

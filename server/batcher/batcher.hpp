@@ -124,9 +124,15 @@ struct BatchReport {
   TableStats table{};  // the table's figures right after the batch ran
 };
 
-// A write-ahead log of executed batches: given a batch's columns and its result column after it ran, makes
-// its successful writes durable as its policy says, and returns an error message, or empty.
-using BatchLog = std::function<std::string(const BatchIn& in, const std::uint8_t* status)>;
+// A write-ahead log of executed batches. append() writes a batch's successful writes, given its columns and
+// its result column after it ran; sync() makes everything appended so far durable as the log's policy says
+// (one fdatasync for all the batches appended since the last: group commit). Each returns an error
+// message, or empty.
+struct BatchLog {
+  std::function<std::string(const BatchIn& in, const std::uint8_t* status)> append;
+  std::function<std::string()> sync;
+  explicit operator bool() const { return static_cast<bool>(append); }
+};
 
 class Batcher {
  public:
@@ -136,7 +142,8 @@ class Batcher {
   // them; on_batch after the batch's calls are answered, with its full report. `log` runs on a thread of its
   // own, for each batch in the order they ran, after the batch has run and before any of its calls is
   // answered: the next batch runs while one is logged, and a read is answered only once every write it may
-  // have seen is logged. When the log fails, every call of the batch with a write in it fails (UNAVAILABLE,
+  // have seen is logged. The log thread takes every batch waiting for it at once, appends each and syncs
+  // them together. When the log fails, every call with a write in a batch it failed fails (UNAVAILABLE,
   // naming the log's error): its writes are in the table but not durable, so none is acknowledged; calls
   // of GETs only are answered as usual.
   Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {},
@@ -168,8 +175,9 @@ class Batcher {
   void stage_loop();
   void execute_loop();
   void complete_loop();
-  // With a log: logs each executed batch, in order, then answers it (hand_out_answers).
+  // With a log: logs the executed batches, in order, then answers them (hand_out_answers).
   void log_loop();
+  void fail_writers(StagedBatch& batch, const std::string& error);
   // The helpers below that take the lock run with mutex_ held (they may release it for a while).
   // Moves calls from the head of the queue into the filling batch, reserving their rows; refuses calls whose
   // deadline has passed; closes the batch if it is now full. Returns what the caller does outside the lock.

@@ -152,17 +152,24 @@ Durability::~Durability() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-std::string Durability::log_batch(const BatchIn& in, const std::uint8_t* status) {
+std::string Durability::append_batch(const BatchIn& in, const std::uint8_t* status) {
   if (!log_) return {};
   payload_.clear();
   if (encode_writes(in, status, key_width_, value_stride_, payload_) == 0) return {};
-  std::string error = log_->append(payload_);
+  std::string error = log_->write(payload_);
   if (!error.empty()) {
     if (observers_.failed) observers_.failed();
     return error;
   }
   if (observers_.appended) observers_.appended(payload_.size() + kRecordHeaderBytes + kRecordTrailerBytes);
   return {};
+}
+
+std::string Durability::sync() {
+  if (!log_) return {};
+  std::string error = log_->sync();
+  if (!error.empty() && observers_.failed) observers_.failed();
+  return error;
 }
 
 }  // namespace gpukv::server::persistence

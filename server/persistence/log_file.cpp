@@ -185,6 +185,7 @@ struct LogWriter::State {
   bool dirty = false;              // written since the last sync
   bool stop = false;
   std::string sync_error;          // the background sync's failure, until a sync succeeds
+  std::uint64_t synced_seq = 0;    // kEveryBatch: the records before this number are on disk
   std::uint64_t bytes = 0;
   std::thread syncer;
 };
@@ -249,6 +250,7 @@ std::string LogWriter::open_segment() {
   state_->new_segment_needed = false;
   state_->dirty = false;
   state_->sync_error.clear();
+  state_->synced_seq = next_seq_;
   path_ = final_path;
   return {};
 }
@@ -260,7 +262,7 @@ std::string LogWriter::sync_now() {
   return {};
 }
 
-std::string LogWriter::append(std::string_view payload) {
+std::string LogWriter::write(std::string_view payload) {
   State& s = *state_;
   if (policy_ == SyncPolicy::kEverySecond) {
     std::lock_guard lock(s.mutex);
@@ -282,12 +284,7 @@ std::string LogWriter::append(std::string_view payload) {
     s.cut_needed = true;
     return error;
   }
-  if (policy_ == SyncPolicy::kEveryBatch) {
-    if (std::string error = sync_now(); !error.empty()) {
-      s.new_segment_needed = true;
-      return error;
-    }
-  } else {
+  if (policy_ == SyncPolicy::kEverySecond) {
     std::lock_guard lock(s.mutex);
     s.dirty = true;
   }
@@ -295,6 +292,29 @@ std::string LogWriter::append(std::string_view payload) {
   s.bytes += record.size();
   ++next_seq_;
   return {};
+}
+
+std::string LogWriter::sync() {
+  State& s = *state_;
+  if (policy_ == SyncPolicy::kEverySecond) {
+    std::lock_guard lock(s.mutex);
+    return s.sync_error;
+  }
+  if (s.synced_seq == next_seq_) return {};
+  if (std::string error = sync_now(); !error.empty()) {
+    // Whether the records since the last sync are on disk is unknown: the next segment starts at the first
+    // of them, which supersedes them (read_log reads no segment past the next one's first number).
+    next_seq_ = s.synced_seq;
+    s.new_segment_needed = true;
+    return error;
+  }
+  s.synced_seq = next_seq_;
+  return {};
+}
+
+std::string LogWriter::append(std::string_view payload) {
+  if (std::string error = write(payload); !error.empty()) return error;
+  return policy_ == SyncPolicy::kEveryBatch ? sync() : std::string();
 }
 
 std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip_corrupt,
@@ -339,7 +359,7 @@ std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip
     expected = segment.first_seq;
     ++replay->segments;
     std::uint64_t offset = kSegmentHeaderBytes;
-    while (offset < size) {
+    while (offset < size && *expected < limit) {
       RecordAt r = read_record(fd, offset, size);
       // A whole record out of order is damage wherever it is; only a broken record can be a torn write.
       const bool out_of_order = r.error.empty() && r.seq != *expected;

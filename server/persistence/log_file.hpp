@@ -65,12 +65,18 @@ class LogWriter {
   LogWriter(const LogWriter&) = delete;
   LogWriter& operator=(const LogWriter&) = delete;
 
-  // Appends one record with the next sequence number. With kEveryBatch it is on disk when this returns OK.
-  // On a failure (no space, an I/O error) returns a message, and the record is not in the log: a partly
-  // written one is cut off before the next append, and after a failed fdatasync, whose effect the kernel
-  // does not tell, the next append opens a new segment. Appends after a failure try again, so the log
-  // works again once space returns. With kEverySecond, a failure of the background fdatasync is returned
-  // by the appends that follow it until one succeeds.
+  // Writes one record with the next sequence number (not yet synced with kEveryBatch). On a failure (no
+  // space, an I/O error) returns a message, and the record is not in the log: a partly written one is cut
+  // off before the next write. Writes after a failure try again, so the log works again once space
+  // returns. With kEverySecond, a failure of the background fdatasync is returned by the writes that follow
+  // it until one succeeds (and the next write opens a new segment).
+  std::string write(std::string_view payload);
+  // kEveryBatch: makes every record written so far durable (one fdatasync for all of them: group commit).
+  // On a failure, whose effect the kernel does not tell, returns a message, and the records since the last
+  // sync count as not written: the next write opens a new segment that starts at the first of them, and
+  // read_log ignores them in the old one. kEverySecond: returns the background fdatasync's failure, if any.
+  std::string sync();
+  // write() then, with kEveryBatch, sync().
   std::string append(std::string_view payload);
 
   std::uint64_t next_seq() const { return next_seq_; }

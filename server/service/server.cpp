@@ -71,7 +71,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
     spdlog::info("recovered {} writes from {} log records in {} segments in {:.3f} s", r.writes, r.log.records, r.log.segments, r.took.count());
     if (!r.log.torn.empty()) spdlog::warn("dropped a torn last log record (a write cut short, never acknowledged): {}", r.log.torn);
     for (const std::string& lost : r.log.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its writes lost: {}", lost);
-    log = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status) { return d->log_batch(in, status); };
+    log.append = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status) { return d->append_batch(in, status); };
+    log.sync = [d = durability_.get()] { return d->sync(); };
   }
   const TableStats stats = table_->stats();
   metrics_->on_table(stats, 0);  // before the batcher's thread takes over the metrics

@@ -263,6 +263,29 @@ TEST_F(LogDir, RecordsAfterAFailedSyncAreSupersededByTheNextSegment) {
   std::vector<std::string> got;
   ASSERT_EQ(read(&got), "");
   EXPECT_EQ(got, (std::vector<std::string>{before[0], before[1], "third, again", "fourth"}));
+
+  // What a failed fdatasync left of the superseded record is never read, damaged or not.
+  const fs::path old_segment = list_segments(dir_).front().path;
+  std::string bytes = file_bytes(old_segment);
+  bytes[bytes.size() - 3] ^= 0x55;  // in record 3's checksum
+  put_bytes(old_segment, bytes);
+  ASSERT_EQ(read(&got), "");
+  EXPECT_EQ(got.size(), 4u);
+}
+
+TEST_F(LogDir, RecordsWrittenTogetherAreMadeDurableByOneSync) {
+  // Group commit: several records written, one sync for all of them. (A failed sync's aftermath, a newer
+  // segment starting at the first unsynced record, is the test above.)
+  LogWriter writer(dir_, kShape, 1, SyncPolicy::kEveryBatch);
+  ASSERT_EQ(writer.append("one"), "");
+  ASSERT_EQ(writer.write("two"), "");
+  ASSERT_EQ(writer.write("three"), "");
+  EXPECT_EQ(writer.next_seq(), 4u);
+  EXPECT_EQ(writer.sync(), "");
+  EXPECT_EQ(writer.sync(), "") << "nothing new to sync";
+  std::vector<std::string> got;
+  ASSERT_EQ(read(&got), "");
+  EXPECT_EQ(got, (std::vector<std::string>{"one", "two", "three"}));
 }
 
 TEST_F(LogDir, AFailedWriteLeavesNoRecordAndTheLogWorksAgainOnceWritesDo) {

@@ -236,9 +236,9 @@ TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
   }
 }
 
-// The write-ahead log hook: it sees every executed batch with its results before any call is answered, and
-// when it fails, the calls that wrote fail (UNAVAILABLE, never acknowledged) while a GET-only call in the same
-// batch is answered.
+// The write-ahead log hook: it sees every executed batch with its results, and syncs it, before any call is
+// answered; when the sync fails, the calls that wrote fail (UNAVAILABLE, never acknowledged) while a
+// GET-only call in the same batch is answered.
 TEST(Batcher, TheLogSeesEachBatchBeforeItsCallsAreAnsweredAndItsFailureFailsTheWriters) {
   Table table(cpu_table());
   BatcherConfig bc;
@@ -247,11 +247,16 @@ TEST(Batcher, TheLogSeesEachBatchBeforeItsCallsAreAnsweredAndItsFailureFailsTheW
   std::atomic<bool> failing{false};
   std::atomic<int> logged_writes{0}, answered_before_log{0};
   std::vector<TestCall*> in_batch;  // set before the batch's calls are submitted
-  Batcher batcher(table, bc, {}, {}, [&](const BatchIn& in, const std::uint8_t* status) -> std::string {
+  BatchLog log;
+  log.append = [&](const BatchIn& in, const std::uint8_t* status) -> std::string {
     for (std::size_t i = 0; i < in.size; ++i) logged_writes += in.ops[i] != 0 && status[i] == 0;
+    return {};
+  };
+  log.sync = [&]() -> std::string {
     for (TestCall* t : in_batch) answered_before_log += t->future.wait_for(0s) == std::future_status::ready;
     return failing ? "no space left on device" : "";
-  });
+  };
+  Batcher batcher(table, bc, {}, {}, log);
   {
     TestCall a, b, c;
     in_batch = {&a, &b, &c};
