@@ -48,8 +48,8 @@ ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or of
 ABSL_FLAG(std::string, data_dir, "",
           "directory that keeps the table across restarts (its write-ahead log); empty: nothing is kept");
 ABSL_FLAG(std::string, wal, "off",
-          "write-ahead log with --data_dir: batch (each write durable before it is acknowledged: one fdatasync per "
-          "batch), everysec (fdatasync once a second: a crash loses up to a second) or off");
+          "write-ahead log with --data_dir: batch (each write durable before it is acknowledged; the batches waiting "
+          "share one fdatasync), everysec (fdatasync once a second: a machine crash loses up to a second) or off");
 ABSL_FLAG(bool, recover_skip_corrupt, false,
           "at start-up, pass over damaged log records (losing their writes) instead of refusing to start");
 ABSL_FLAG(std::uint32_t, shard_count, 1,
