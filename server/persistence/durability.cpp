@@ -125,12 +125,19 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
 
   const LogShape shape{table.config().key_width, table.config().value_width};
   Replayer replayer(table);
+  auto reported = start;
+  std::uint64_t bytes = 0;
   std::string error = read_log(
       options_.data_dir, shape, options_.recover_skip_corrupt,
       [&](std::uint64_t, std::string_view payload) {
         DecodedWrites writes;
         if (std::string bad = decode_writes(payload, shape.key_width, shape.value_width, &writes); !bad.empty()) return bad;
         recovery_.writes += writes.count;
+        bytes += payload.size() + kRecordHeaderBytes + kRecordTrailerBytes;
+        if (const auto now = std::chrono::steady_clock::now(); observers_.replaying && now - reported >= std::chrono::seconds(1)) {
+          reported = now;
+          observers_.replaying(recovery_.writes, bytes, std::chrono::duration<double>(now - start).count());
+        }
         return replayer.add(writes);
       },
       &recovery_.log);

@@ -36,11 +36,14 @@ struct Recovery {
   std::chrono::duration<double> took{};
 };
 
-// Observers for metrics (each may be empty): bytes appended, an append that failed, an fdatasync's seconds.
+// Observers for metrics and logs (each may be empty): bytes appended, an append that failed, an fdatasync's
+// seconds; and the replay's progress at start-up (writes and log bytes so far, seconds since it began),
+// about once a second while it runs.
 struct DurabilityObservers {
   std::function<void(std::size_t bytes)> appended;
   std::function<void()> failed;
   std::function<void(double seconds)> synced;
+  std::function<void(std::uint64_t writes, std::uint64_t bytes, double seconds)> replaying;
 };
 
 class Durability {

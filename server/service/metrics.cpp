@@ -123,12 +123,12 @@ Metrics::Metrics(const std::string& address)
                      .Add({}, seconds_buckets())),
       recovery_seconds_(prometheus::BuildGauge()
                             .Name("gpukv_recovery_seconds")
-                            .Help("Time start-up took to replay the data directory into the table")
+                            .Help("Time start-up took to replay the data directory into the table (while it runs: so far)")
                             .Register(*registry_)
                             .Add({})),
       recovery_writes_(prometheus::BuildGauge()
                            .Name("gpukv_recovery_writes")
-                           .Help("Writes start-up replayed from the write-ahead log")
+                           .Help("Writes start-up replayed from the write-ahead log (while it runs: so far)")
                            .Register(*registry_)
                            .Add({})),
       exposer_(std::make_unique<prometheus::Exposer>(address)) {

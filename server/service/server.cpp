@@ -65,7 +65,11 @@ Server::Server(const ServerOptions& options) : options_(options) {
     durability_ = std::make_unique<persistence::Durability>(
         options_.durability, *table_,
         persistence::DurabilityObservers{[m](std::size_t bytes) { m->on_wal_append(bytes); }, [m] { m->on_wal_failure(); },
-                                         [m](double seconds) { m->on_wal_sync(seconds); }});
+                                         [m](double seconds) { m->on_wal_sync(seconds); },
+                                         [m](std::uint64_t writes, std::uint64_t bytes, double seconds) {
+                                           m->on_recovery(seconds, writes);
+                                           spdlog::info("replaying the log: {} writes, {:.2f} GB in {:.0f} s", writes, bytes / 1e9, seconds);
+                                         }});
     const persistence::Recovery& r = durability_->recovery();
     metrics_->on_recovery(r.took.count(), r.writes);
     spdlog::info("recovered {} writes from {} log records in {} segments in {:.3f} s", r.writes, r.log.records, r.log.segments, r.took.count());
