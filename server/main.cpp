@@ -5,9 +5,14 @@
 #include <absl/flags/parse.h>
 #include <absl/flags/reflection.h>
 #include <absl/flags/usage.h>
+#include <absl/strings/match.h>
 #include <absl/synchronization/mutex.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+#include <cstdio>
 #include <cctype>
 #include <csignal>
 #include <cstdlib>
@@ -60,11 +65,17 @@ ABSL_FLAG(std::string, shard_index, "0",
 
 namespace {
 
+// The environment variable that sets a flag: GPUKV_ and the flag's name in capitals.
+std::string environment_name(absl::string_view flag) {
+  std::string var = "GPUKV_";
+  for (char c : flag) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return var;
+}
+
 // GPUKV_<NAME> for every flag, applied before the command line so that explicit flags win.
 void apply_environment() {
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    std::string var = "GPUKV_";
-    for (char c : name) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    const std::string var = environment_name(name);
     const char* value = std::getenv(var.c_str());
     if (value == nullptr) continue;
     std::string error;
@@ -72,6 +83,22 @@ void apply_environment() {
       spdlog::critical("{}={}: {}", var, value, error);
       std::exit(2);
     }
+  }
+}
+
+// --help: every flag of the server (those defined in this file; --helpfull adds gRPC's and Abseil's), with its
+// default and the variable that sets it, in name order.
+void print_help() {
+  std::vector<absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::EndsWith(flag->Filename(), "server/main.cpp")) flags.push_back(flag);
+  }
+  std::sort(flags.begin(), flags.end(), [](auto* a, auto* b) { return a->Name() < b->Name(); });
+  std::printf("gpukv-server: a key-value service whose table lives on a GPU\n\n"
+              "Every flag can also be set by the environment variable beside it; the command line wins.\n\n");
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::printf("  --%s=%s    [%s]\n      %s\n", std::string(flag->Name()).c_str(), flag->DefaultValue().c_str(),
+                environment_name(flag->Name()).c_str(), flag->Help().c_str());
   }
 }
 
@@ -87,6 +114,12 @@ gpukv::BackendKind parse_backend(const std::string& s) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gpukv-server: a key-value service whose table lives on a GPU");
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      print_help();
+      return 0;
+    }
+  }
   apply_environment();
   absl::ParseCommandLine(argc, argv);
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));

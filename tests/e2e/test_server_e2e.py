@@ -223,3 +223,19 @@ def test_cli_against_the_server(server):
     bad = cli("put", "", "v")
     assert bad.returncode == 3 and "INVALID_ARGUMENT" in bad.stderr
     assert 'backend: "cpu"' in cli("stats").stdout
+
+
+def test_help_lists_every_flag_with_its_default_and_variable():
+    """--help names each of the server's own flags (those --helpfull lists under server/main.cpp), with its default
+    and the GPUKV_ variable that sets it, and exits 0 without starting anything."""
+    full = subprocess.run([SERVER, "--helpfull"], capture_output=True, text=True, timeout=30)
+    section = re.search(r"Flags from \S*server/main\.cpp:\n(.*?)(?:\n\n|\Z)", full.stdout + full.stderr, re.S)
+    defined = set(re.findall(r"^\s+--([a-z_]+) \(", section.group(1), re.M))
+    run = subprocess.run([SERVER, "--help"], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    listed = {name: (default, var) for name, default, var in
+              re.findall(r"^  --([a-z_]+)=(\S*)\s+\[(GPUKV_[A-Z_]+)\]$", run.stdout, re.M)}
+    assert set(listed) == defined, run.stdout
+    for name, (default, var) in listed.items():
+        assert var == "GPUKV_" + name.upper()
+    assert listed["capacity"][0] == "16777216" and listed["wal"][0] == "off" and listed["data_dir"][0] == ""
