@@ -80,42 +80,76 @@ bool read_at(int fd, std::uint64_t offset, char* out, std::size_t size) {
   return true;
 }
 
-// A whole record at `offset` of a file of `size` bytes: its sequence number and payload, or why not.
+// A segment's bytes through a large buffer: records are read in place, with no read or allocation per record
+// (which held replay to about 0.3 GB/s of log).
+class SegmentReader {
+ public:
+  SegmentReader(int fd, std::uint64_t size) : fd_(fd), size_(size) {}
+  std::uint64_t size() const { return size_; }
+  // The file's bytes [offset, offset + n), valid until the next call; empty (and `ok` false) past the end
+  // or on a read error.
+  std::string_view bytes(std::uint64_t offset, std::uint64_t n, bool* ok) {
+    *ok = offset <= size_ && n <= size_ - offset;
+    if (!*ok) return {};
+    if (offset < start_ || offset + n > start_ + buffer_.size()) {
+      const std::uint64_t take = std::min<std::uint64_t>(size_ - offset, std::max<std::uint64_t>(n, kChunk));
+      buffer_.resize(take);
+      start_ = offset;
+      if (!read_at(fd_, offset, buffer_.data(), take)) {
+        buffer_.clear();
+        *ok = false;
+        return {};
+      }
+    }
+    return std::string_view(buffer_).substr(offset - start_, n);
+  }
+
+ private:
+  static constexpr std::uint64_t kChunk = 16 << 20;
+  const int fd_;
+  const std::uint64_t size_;
+  std::string buffer_;
+  std::uint64_t start_ = 0;
+};
+
+// A whole record at `offset`: its sequence number and payload (a view into the reader's buffer, valid until
+// its next read), or why not.
 struct RecordAt {
   std::uint64_t seq = 0;
   std::uint64_t length = 0;  // of the whole record
-  std::string payload;
+  std::string_view payload;
   std::string error;
 };
-RecordAt read_record(int fd, std::uint64_t offset, std::uint64_t size) {
+RecordAt read_record(SegmentReader& in, std::uint64_t offset) {
   RecordAt r;
-  char header[kRecordHeaderBytes];
-  if (size - offset < kRecordHeaderBytes || !read_at(fd, offset, header, sizeof header)) {
+  bool ok = false;
+  const std::string_view header = in.bytes(offset, kRecordHeaderBytes, &ok);
+  if (!ok) {
     r.error = "a record header cut short";
     return r;
   }
-  if (get_u32(header) != kRecordMagic) {
+  if (get_u32(header.data()) != kRecordMagic) {
     r.error = "no record starts here";
     return r;
   }
-  const std::uint64_t payload_bytes = get_u64(header + 8);
-  const std::uint64_t room = size - offset - kRecordHeaderBytes;  // for the payload and the checksum
+  const std::uint64_t payload_bytes = get_u64(header.data() + 8);
+  const std::uint64_t seq = get_u64(header.data() + 16);
+  const std::uint64_t room = in.size() - offset - kRecordHeaderBytes;  // for the payload and the checksum
   if (room < kRecordTrailerBytes || payload_bytes > room - kRecordTrailerBytes) {
     r.error = "a record of " + std::to_string(payload_bytes) + " payload bytes runs past the end of the file";
     return r;
   }
-  std::string body(8 + 8 + payload_bytes + kRecordTrailerBytes, '\0');  // length, seq, payload, checksum
-  std::memcpy(body.data(), header + 8, 16);
-  if (!read_at(fd, offset + kRecordHeaderBytes, body.data() + 16, payload_bytes + kRecordTrailerBytes)) {
+  // Length and sequence number, payload, checksum: contiguous in the file.
+  const std::string_view body = in.bytes(offset + 8, 16 + payload_bytes + kRecordTrailerBytes, &ok);
+  if (!ok) {
     r.error = "a record cut short";
     return r;
   }
-  const std::uint64_t stored = get_u64(body.data() + 16 + payload_bytes);
-  if (XXH3_64bits(body.data(), 16 + payload_bytes) != stored) {
+  if (XXH3_64bits(body.data(), 16 + payload_bytes) != get_u64(body.data() + 16 + payload_bytes)) {
     r.error = "a record whose checksum does not match";
     return r;
   }
-  r.seq = get_u64(header + 16);
+  r.seq = seq;
   r.length = kRecordHeaderBytes + payload_bytes + kRecordTrailerBytes;
   r.payload = body.substr(16, payload_bytes);
   return r;
@@ -127,8 +161,9 @@ std::optional<std::uint64_t> next_valid_record(int fd, std::uint64_t offset, std
   put_u32(magic, kRecordMagic);
   std::string rest(size - offset, '\0');
   if (!read_at(fd, offset, rest.data(), rest.size())) return std::nullopt;
+  SegmentReader in(fd, size);
   for (std::size_t at = rest.find(std::string_view(magic, 4), 1); at != std::string::npos; at = rest.find(std::string_view(magic, 4), at + 1)) {
-    if (read_record(fd, offset + at, size).error.empty()) return offset + at;
+    if (read_record(in, offset + at).error.empty()) return offset + at;
   }
   return std::nullopt;
 }
@@ -358,9 +393,10 @@ std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip
     }
     expected = segment.first_seq;
     ++replay->segments;
+    SegmentReader in(fd, size);
     std::uint64_t offset = kSegmentHeaderBytes;
     while (offset < size && *expected < limit) {
-      RecordAt r = read_record(fd, offset, size);
+      RecordAt r = read_record(in, offset);
       // A whole record out of order is damage wherever it is; only a broken record can be a torn write.
       const bool out_of_order = r.error.empty() && r.seq != *expected;
       if (out_of_order) r.error = "record " + std::to_string(r.seq) + " where " + std::to_string(*expected) + " was due";
@@ -383,7 +419,7 @@ std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip
         replay->skipped.push_back(where);
         if (!later) break;
         offset = *later;
-        expected = read_record(fd, offset, size).seq;
+        expected = read_record(in, offset).seq;
         continue;
       }
       if (r.seq >= limit) break;
