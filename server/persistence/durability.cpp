@@ -115,10 +115,9 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
   std::filesystem::create_directories(options_.data_dir, ec);
   if (ec) throw std::runtime_error("cannot create --data_dir " + options_.data_dir.string() + ": " + ec.message());
   const std::filesystem::path lock_path = options_.data_dir / "LOCK";
-  lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) throw std::runtime_error("cannot open " + lock_path.string() + ": " + std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    ::close(lock_fd_);
+  lock_.fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_.fd < 0) throw std::runtime_error("cannot open " + lock_path.string() + ": " + std::strerror(errno));
+  if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
     throw std::runtime_error("--data_dir " + options_.data_dir.string() + " is in use by another gpukv-server (" + lock_path.string() +
                              " is locked)");
   }
@@ -142,10 +141,7 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
       },
       &recovery_.log);
   if (error.empty()) error = replayer.flush();
-  if (!error.empty()) {
-    ::close(lock_fd_);
-    throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + error);
-  }
+  if (!error.empty()) throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + error);
   recovery_.took = std::chrono::steady_clock::now() - start;
   if (options_.wal != WalMode::kOff) {
     log_ = std::make_unique<LogWriter>(options_.data_dir, shape, recovery_.log.next_seq,
@@ -154,9 +150,10 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
   }
 }
 
-Durability::~Durability() {
-  log_.reset();  // its last fdatasync
-  if (lock_fd_ >= 0) ::close(lock_fd_);
+Durability::~Durability() { log_.reset(); }  // its last fdatasync, then the lock
+
+Durability::LockFile::~LockFile() {
+  if (fd >= 0) ::close(fd);
 }
 
 std::string Durability::append_batch(const BatchIn& in, const std::uint8_t* status) {

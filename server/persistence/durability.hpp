@@ -68,7 +68,11 @@ class Durability {
   const std::uint32_t key_width_;
   const std::uint32_t value_stride_;
   DurabilityObservers observers_;
-  int lock_fd_ = -1;
+  // DIR/LOCK, held (flock) for the server's life; closed however construction ends.
+  struct LockFile {
+    int fd = -1;
+    ~LockFile();
+  } lock_;
   Recovery recovery_;
   std::unique_ptr<LogWriter> log_;
   std::string payload_;  // reused: one batch's record at a time

@@ -221,7 +221,6 @@ struct LogWriter::State {
   bool stop = false;
   std::string sync_error;          // the background sync's failure, until a sync succeeds
   std::uint64_t synced_seq = 0;    // kEveryBatch: the records before this number are on disk
-  std::uint64_t bytes = 0;
   std::thread syncer;
 };
 
@@ -260,8 +259,6 @@ LogWriter::~LogWriter() {
     ::close(state_->fd);
   }
 }
-
-std::uint64_t LogWriter::bytes() const { return state_->bytes; }
 
 std::string LogWriter::open_segment() {
   const std::filesystem::path final_path = segment_path(dir_, next_seq_);
@@ -324,7 +321,6 @@ std::string LogWriter::write(std::string_view payload) {
     s.dirty = true;
   }
   s.end += record.size();
-  s.bytes += record.size();
   ++next_seq_;
   return {};
 }

@@ -80,8 +80,6 @@ class LogWriter {
   std::string append(std::string_view payload);
 
   std::uint64_t next_seq() const { return next_seq_; }
-  const std::filesystem::path& path() const { return path_; }
-  std::uint64_t bytes() const;  // appended to this writer's segments so far
   // Seconds each fdatasync took, for a latency histogram: set once, before the first append.
   void on_sync(std::function<void(double seconds)> observe) { on_sync_ = std::move(observe); }
 

@@ -307,7 +307,8 @@ TEST(DurabilityDiskFullTest, WritesFailWhileTheDiskIsFullAndWorkOnceSpaceReturns
 // Start-up on a damaged data directory, with the real binary. Promised: a torn last record (a crash
 // mid-write) is dropped and the server starts with every acknowledged write; a damaged record before the end
 // stops start-up with the file's name and the offset, unless --recover_skip_corrupt is given; a directory
-// written with other widths is refused naming both; an empty directory starts empty.
+// written with other widths is refused naming both; an empty directory starts empty; a second server on the
+// same directory is refused.
 TEST(DurabilityStartTest, TornCorruptAndForeignLogsGetWhatIsPromised) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gpukv-damaged-" + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
@@ -331,6 +332,12 @@ TEST(DurabilityStartTest, TornCorruptAndForeignLogsGetWhatIsPromised) {
     EXPECT_TRUE(c.get(key, &v).ok());
     return v;
   };
+  try {  // one server per directory
+    test::ServerProcess second(binary != nullptr ? binary : GPUKV_SERVER_BINARY, flags, (dir / "second.log").string());
+    ADD_FAILURE() << "two servers started on one data directory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is in use by another gpukv-server"), std::string::npos) << e.what();
+  }
   {
     auto c = connect();
     EXPECT_EQ(get(*c, "a"), std::nullopt) << "an empty directory starts empty";
