@@ -19,10 +19,11 @@ df -h "$(dirname "$data")" | tail -1 | tee -a "$log"
 
 wal_metrics() {  # the log's figures so far, from the latest shard's metrics port
   local port=${shard_metrics[0]}
+  local name line=
   for name in gpukv_wal_bytes_total gpukv_wal_fsync_seconds_sum gpukv_wal_fsync_seconds_count gpukv_wal_failures_total; do
-    printf '%s=%s ' "$name" "$(metric "$port" "$name")"
-  done | tee -a "$log"
-  echo | tee -a "$log"
+    line+="${line:+ }$name=$(metric "$port" "$name")"
+  done
+  echo "$line" | tee -a "$log"
 }
 
 for wal in off batch everysec; do

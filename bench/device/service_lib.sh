@@ -19,11 +19,15 @@ serve() {
   "${server_bin:-$bundle/bin/gpukv-server}" --listen=127.0.0.1:"$port" --metrics_listen=127.0.0.1:0 --backend="${BACKEND:-gpu}" --log_level=warn "$@" \
     >>"$out/server.log" 2>&1 &
   server=$!
+  wait_serving "$port"
+}
+# wait_serving <port>: returns once the server there answers health checks, or fails after 60 s.
+wait_serving() {
   for _ in $(seq 1 60); do
-    "$bundle/bin/gpukv" --target=127.0.0.1:"$port" health >/dev/null 2>&1 && return 0
+    "$bundle/bin/gpukv" --target=127.0.0.1:"$1" health >/dev/null 2>&1 && return 0
     sleep 1
   done
-  echo "server on $port did not come up" | tee -a "$log"
+  echo "server on $1 did not come up" | tee -a "$log"
   return 1
 }
 load() { "$bundle/bin/gpukv-load" --seconds="$secs" "$@" 2>&1 | grep -E 'RESULT|error|Error' | tee -a "$log"; }
@@ -78,12 +82,7 @@ start_shard() {
     --metrics_listen=127.0.0.1:$((port + 1000)) --backend="${BACKEND:-gpu}" --log_level=warn "$@" >>"$out/server.log" 2>&1 &
   shards+=($!)
   shard_metrics+=($((port + 1000)))
-  for _ in $(seq 1 60); do
-    "$bundle/bin/gpukv" --target=127.0.0.1:"$port" health >/dev/null 2>&1 && return 0
-    sleep 1
-  done
-  echo "server on $port did not come up" | tee -a "$log"
-  return 1
+  wait_serving "$port"
 }
 stop_shards() {
   ((${#shards[@]})) && kill -TERM "${shards[@]}" && wait "${shards[@]}"

@@ -70,6 +70,17 @@ void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::
   }
 }
 
+void unpack_get_results(const v1::BatchGetResponse& response, std::size_t keys, std::vector<KeyResult>* results) {
+  results->clear();
+  results->reserve(keys);
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < keys; ++i) {
+    const std::uint32_t len = response.value_lengths().empty() ? 0 : response.value_lengths(static_cast<int>(i));
+    results->push_back(KeyResult{static_cast<v1::Result>(response.results()[i]), response.values().substr(offset, len)});
+    offset += len;
+  }
+}
+
 Client::Client(ClientOptions options)
     : options_(std::move(options)), channel_(make_channel(options_)), stub_(v1::KeyValue::NewStub(channel_)) {}
 
@@ -141,14 +152,7 @@ grpc::Status Client::batch_get(const std::vector<std::string>& keys, std::vector
   if (std::string e = check_result_columns(keys.size(), resp.results(), resp.value_lengths(), resp.values()); !e.empty()) {
     return {grpc::StatusCode::INTERNAL, "malformed response: " + e};
   }
-  results->clear();
-  results->reserve(keys.size());
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::uint32_t len = resp.value_lengths().empty() ? 0 : resp.value_lengths(static_cast<int>(i));
-    results->push_back(KeyResult{static_cast<v1::Result>(resp.results()[i]), resp.values().substr(offset, len)});
-    offset += len;
-  }
+  unpack_get_results(resp, keys.size(), results);
   return s;
 }
 

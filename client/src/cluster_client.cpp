@@ -252,14 +252,7 @@ grpc::Status ClusterClient::batch_get(const std::vector<std::string>& keys, std:
   v1::BatchGetResponse resp;
   grpc::Status s = batch_get(req, &resp, failures);
   if (!s.ok()) return s;
-  results->clear();
-  results->reserve(keys.size());
-  std::size_t offset = 0;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const std::uint32_t len = resp.value_lengths().empty() ? 0 : resp.value_lengths(static_cast<int>(i));
-    results->push_back(KeyResult{static_cast<v1::Result>(resp.results()[i]), resp.values().substr(offset, len)});
-    offset += len;
-  }
+  unpack_get_results(resp, keys.size(), results);
   return s;
 }
 
