@@ -17,6 +17,7 @@
 
 #include "gpukv/client.hpp"
 #include "service/server.hpp"
+#include "support/small_server.hpp"
 
 namespace gpukv::client {
 namespace {
@@ -24,13 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 
 server::ServerOptions small_server(std::chrono::microseconds max_delay = 200us) {
-  server::ServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.metrics_listen = "127.0.0.1:0";
-  o.table.backend = BackendKind::kCpu;
-  o.table.capacity = 4096;
-  o.table.key_width = 16;
-  o.table.value_width = 32;
+  server::ServerOptions o = test::small_server_options();
   o.batcher.batch_size = 1024;
   o.batcher.max_delay = max_delay;
   o.batcher.completion_threads = 2;  // groups answered on several threads, responses still in order

@@ -14,6 +14,7 @@
 
 #include "gpukv/cluster.hpp"
 #include "service/server.hpp"
+#include "support/small_server.hpp"
 
 namespace gpukv {
 namespace {
@@ -21,13 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 
 std::unique_ptr<server::Server> shard_server(std::uint32_t index, std::uint32_t count) {
-  server::ServerOptions o;
-  o.listen = "127.0.0.1:0";
-  o.metrics_listen = "127.0.0.1:0";
-  o.table.backend = BackendKind::kCpu;
-  o.table.capacity = 4096;
-  o.table.key_width = 16;
-  o.table.value_width = 32;
+  server::ServerOptions o = test::small_server_options();
   o.batcher.batch_size = 128;
   o.shard_index = index;
   o.shard_count = count;

@@ -15,6 +15,7 @@
 #include "gpukv/v1/shard_map.hpp"
 #include "../server/scrape.hpp"
 #include "service/server.hpp"
+#include "support/small_server.hpp"
 
 namespace gpukv::server {
 namespace {
@@ -27,13 +28,7 @@ constexpr std::uint32_t kShard = 1, kShards = 3;
 class ShardServiceTest : public testing::Test {
  protected:
   void SetUp() override {
-    ServerOptions o;
-    o.listen = "127.0.0.1:0";
-    o.metrics_listen = "127.0.0.1:0";
-    o.table.backend = BackendKind::kCpu;
-    o.table.capacity = 4096;
-    o.table.key_width = 16;
-    o.table.value_width = 32;
+    ServerOptions o = test::small_server_options();
     o.batcher.batch_size = 256;
     o.shard_index = kShard;
     o.shard_count = kShards;
