@@ -103,6 +103,7 @@ struct Batcher::StagedBatch {
   Clock::duration stage_time{};       // copying, summed over the threads that copied
   std::vector<Segment> segments;
   std::size_t copies = 0;  // reservations whose rows are still being copied
+  std::string log_record;  // with a write-ahead log: the batch's record, encoded after it ran
   bool closed = false;     // takes no more rows
   bool ready = false;      // closed and copied: the execution thread may take it
   bool prefetched = false; // handed to Table::prefetch
@@ -559,6 +560,7 @@ void Batcher::execute_loop() {
     if (after != nullptr) prefetch(*after);
     execute(*batch);
     if (log_) {
+      if (!batch->failed) log_.encode(batch->in(), batch->status, &batch->log_record);
       // Logged and answered by the log thread, in order, while the next batch runs.
       {
         std::lock_guard log_lock(log_mutex_);
@@ -616,7 +618,7 @@ void Batcher::log_loop() {
     // the batches before it, which are durable by the time it is answered.
     for (StagedBatch* batch : group) {
       if (batch->failed) continue;
-      if (const std::string error = log_.append(batch->in(), batch->status); !error.empty()) fail_writers(*batch, error);
+      if (const std::string error = log_.append(batch->log_record); !error.empty()) fail_writers(*batch, error);
     }
     if (const std::string error = log_.sync(); !error.empty()) {
       for (StagedBatch* batch : group) {

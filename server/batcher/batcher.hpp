@@ -124,12 +124,14 @@ struct BatchReport {
   TableStats table{};  // the table's figures right after the batch ran
 };
 
-// A write-ahead log of executed batches. append() writes a batch's successful writes, given its columns and
-// its result column after it ran; sync() makes everything appended so far durable as the log's policy says
-// (one fdatasync for all the batches appended since the last: group commit). Each returns an error
-// message, or empty.
+// A write-ahead log of executed batches. encode() turns a batch's successful writes into its record, given
+// its columns and its result column after it ran (empty if it wrote nothing); it runs on the execution
+// thread, which has time to spare while the log thread writes. append() writes a record; sync() makes
+// everything appended so far durable as the log's policy says (one fdatasync for all the batches appended
+// since the last: group commit). append() and sync() return an error message, or empty.
 struct BatchLog {
-  std::function<std::string(const BatchIn& in, const std::uint8_t* status)> append;
+  std::function<void(const BatchIn& in, const std::uint8_t* status, std::string* record)> encode;
+  std::function<std::string(const std::string& record)> append;
   std::function<std::string()> sync;
   explicit operator bool() const { return static_cast<bool>(append); }
 };
@@ -140,10 +142,10 @@ class Batcher {
   // on_batch run on the execution thread: on_executed(table stats, ops) after each batch has run on the
   // table and before any of its calls is answered, so that a client holding an answer finds its batch in
   // them; on_batch after the batch's calls are answered, with its full report. `log` runs on a thread of its
-  // own, for each batch in the order they ran, after the batch has run and before any of its calls is
-  // answered: the next batch runs while one is logged, and a read is answered only once every write it may
-  // have seen is logged. The log thread takes every batch waiting for it at once, appends each and syncs
-  // them together. When the log fails, every call with a write in a batch it failed fails (UNAVAILABLE,
+  // own (encode() on the execution thread), for each batch in the order they ran, after the batch has run
+  // and before any of its calls is answered: the next batch runs while one is logged, and a read is
+  // answered only once every write it may have seen is logged. The log thread takes every batch waiting for
+  // it at once, appends each and syncs them together. When the log fails, every call with a write in a batch it failed fails (UNAVAILABLE,
   // naming the log's error): its writes are in the table but not durable, so none is acknowledged; calls
   // of GETs only are answered as usual.
   Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {},

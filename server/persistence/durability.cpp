@@ -156,16 +156,19 @@ Durability::LockFile::~LockFile() {
   if (fd >= 0) ::close(fd);
 }
 
-std::string Durability::append_batch(const BatchIn& in, const std::uint8_t* status) {
-  if (!log_) return {};
-  payload_.clear();
-  if (encode_writes(in, status, key_width_, value_stride_, payload_) == 0) return {};
-  std::string error = log_->write(payload_);
+void Durability::encode_batch(const BatchIn& in, const std::uint8_t* status, std::string* payload) const {
+  payload->clear();
+  if (log_) encode_writes(in, status, key_width_, value_stride_, *payload);
+}
+
+std::string Durability::append(const std::string& payload) {
+  if (!log_ || payload.empty()) return {};
+  std::string error = log_->write(payload);
   if (!error.empty()) {
     if (observers_.failed) observers_.failed();
     return error;
   }
-  if (observers_.appended) observers_.appended(payload_.size() + kRecordHeaderBytes + kRecordTrailerBytes);
+  if (observers_.appended) observers_.appended(payload.size() + kRecordHeaderBytes + kRecordTrailerBytes);
   return {};
 }
 

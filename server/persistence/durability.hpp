@@ -1,7 +1,7 @@
 // A shard's data directory: what --data_dir and --wal turn on. At start, open() takes the directory (one
 // server at a time: a lock file), replays the write-ahead log into the table, and opens a new log segment;
-// then append_batch() and sync() are the batcher's BatchLog, logging each executed batch's successful writes
-// before any of its calls is answered.
+// then encode_batch(), append() and sync() are the batcher's BatchLog, logging each executed batch's
+// successful writes before any of its calls is answered.
 //
 // Knows the table's API and files: no gRPC, no kernels.
 #pragma once
@@ -58,9 +58,10 @@ class Durability {
   Durability& operator=(const Durability&) = delete;
 
   const Recovery& recovery() const { return recovery_; }
-  // The batcher's BatchLog: append_batch writes the batch's successful writes as one record (nothing if it
-  // wrote nothing); sync makes them durable as --wal says. Both run on the batcher's log thread.
-  std::string append_batch(const BatchIn& in, const std::uint8_t* status);
+  // The batcher's BatchLog: encode_batch turns the batch's successful writes into a record's payload (empty
+  // if it wrote nothing), append writes one, sync makes them durable as --wal says.
+  void encode_batch(const BatchIn& in, const std::uint8_t* status, std::string* payload) const;
+  std::string append(const std::string& payload);
   std::string sync();
 
  private:
@@ -75,7 +76,6 @@ class Durability {
   } lock_;
   Recovery recovery_;
   std::unique_ptr<LogWriter> log_;
-  std::string payload_;  // reused: one batch's record at a time
 };
 
 }  // namespace gpukv::server::persistence

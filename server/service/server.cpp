@@ -75,7 +75,10 @@ Server::Server(const ServerOptions& options) : options_(options) {
     spdlog::info("recovered {} writes from {} log records in {} segments in {:.3f} s", r.writes, r.log.records, r.log.segments, r.took.count());
     if (!r.log.torn.empty()) spdlog::warn("dropped a torn last log record (a write cut short, never acknowledged): {}", r.log.torn);
     for (const std::string& lost : r.log.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its writes lost: {}", lost);
-    log.append = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status) { return d->append_batch(in, status); };
+    log.encode = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status, std::string* record) {
+      d->encode_batch(in, status, record);
+    };
+    log.append = [d = durability_.get()](const std::string& record) { return d->append(record); };
     log.sync = [d = durability_.get()] { return d->sync(); };
   }
   const TableStats stats = table_->stats();

@@ -248,8 +248,12 @@ TEST(Batcher, TheLogSeesEachBatchBeforeItsCallsAreAnsweredAndItsFailureFailsTheW
   std::atomic<int> logged_writes{0}, answered_before_log{0};
   std::vector<TestCall*> in_batch;  // set before the batch's calls are submitted
   BatchLog log;
-  log.append = [&](const BatchIn& in, const std::uint8_t* status) -> std::string {
+  log.encode = [&](const BatchIn& in, const std::uint8_t* status, std::string* record) {
+    *record = std::to_string(in.size);  // what append sees is what encode made of the same batch
     for (std::size_t i = 0; i < in.size; ++i) logged_writes += in.ops[i] != 0 && status[i] == 0;
+  };
+  log.append = [&](const std::string& record) -> std::string {
+    EXPECT_EQ(record, "3");
     return {};
   };
   log.sync = [&]() -> std::string {
