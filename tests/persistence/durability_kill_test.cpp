@@ -240,7 +240,11 @@ TEST(DurabilityDiskFullTest, WritesFailWhileTheDiskIsFullAndWorkOnceSpaceReturns
       std::filesystem::temp_directory_path() / ("gpukv-disk-full-" + std::to_string(getpid()));
   const std::filesystem::path fs = dir / "fs";
   std::filesystem::create_directories(fs);
-  ASSERT_EQ(std::system(("mount -t tmpfs -o size=512k gpukv-test " + fs.string()).c_str()), 0) << "cannot mount a tmpfs";
+  if (std::system(("mount -t tmpfs -o size=512k gpukv-test " + fs.string() + " 2>/dev/null").c_str()) != 0) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "SKIPPED: this machine lets no process mount a tmpfs (a container without CAP_SYS_ADMIN); the "
+                    "disk-full test did not run";
+  }
   struct Unmount {
     std::filesystem::path fs, dir;
     ~Unmount() {
