@@ -1,9 +1,10 @@
-"""End to end: the real gpukv-server (CPU backend, with a host tier) and the real Prometheus server on
-127.0.0.1, Prometheus configured from deploy/prometheus (its gpukv job pointed at the test server, its alert rules
-as shipped). Known calls through the gpukv CLI must arrive in Prometheus with exactly their counts; after a load
-run that fills both tiers, Prometheus' figures must equal the server's own; every dashboard query must run and
-return data; every alert rule must evaluate, the table and error alerts must start on the full table, and the
-server-down alert when the server stops."""
+"""End to end: the real gpukv-server (CPU backend, with a host tier and a write-ahead log) and the real Prometheus
+server on 127.0.0.1, Prometheus configured from deploy/prometheus (its gpukv job pointed at the test server, its
+alert rules as shipped). Known calls through the gpukv CLI must arrive in Prometheus with exactly their counts;
+after a load run that fills both tiers, Prometheus' figures must equal the server's own; every dashboard query must
+run and return data; every alert rule must evaluate, the table and error alerts must start on the full table, and
+the server-down alert when the server stops.
+"""
 import json
 import os
 import re
@@ -52,7 +53,8 @@ class Stack:
     def __init__(self, workdir):
         self.server = subprocess.Popen(
             [require_binary(SERVER), "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu",
-             "--log_level=warn", f"--capacity={CAPACITY}", f"--host_capacity={HOST_CAPACITY}", "--key_width=16", "--value_width=16", "--cpu_threads=2"],
+             "--log_level=warn", f"--capacity={CAPACITY}", f"--host_capacity={HOST_CAPACITY}", "--key_width=16", "--value_width=16", "--cpu_threads=2",
+             f"--data_dir={workdir}/gpukv-data", "--wal=batch"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self.server.stdout.readline()
         match = re.search(r"listening on port (\d+), metrics on port (\d+)", line)

@@ -79,7 +79,7 @@ def test_dashboard_is_a_grafana_dashboard_covering_what_operators_watch():
     used = " ".join(expr for _, expr in dashboard_queries())
     for metric in ("gpukv_operations_total", "gpukv_queue_delay_seconds_bucket", "gpukv_batch_execution_seconds_bucket",
                    "gpukv_batch_size_ops_bucket", "gpukv_items", "gpukv_capacity_slots",
-                   "gpukv_host_tier_accesses_total"):
+                   "gpukv_host_tier_accesses_total", "gpukv_wal_bytes_total", "gpukv_wal_fsync_seconds_bucket"):
         assert metric in used, f"the dashboard does not show {metric}"
     assert re.search(r'kind="avoided".*kind="read"', used, re.S), "no ticket-board effectiveness panel"
 
