@@ -466,7 +466,6 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
         fail(item, status_of(code, message));
         return;
       }
-      service_.count("Stream", grpc::Status::OK);
       item->response.mutable_values()->resize(item->results.values_size);
       respond(item);
     });
@@ -475,7 +474,6 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
   // A request the server could not run (queue full, its deadline passed, draining): every op fails, the
   // stream goes on, and its final status is the first such failure.
   void fail(const std::shared_ptr<Item>& item, const grpc::Status& status) {
-    service_.count("Stream", status);
     v1::StreamResponse& response = item->response;
     const std::size_t ops = item->request.ops().size();
     response.set_results(std::string(ops, static_cast<char>(OpStatus::kFull)));
@@ -504,7 +502,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
   void pump() {
     const v1::StreamResponse* next = nullptr;
     bool finish = false;
-    grpc::Status status;
+    grpc::Status status, counted;
     {
       std::lock_guard lock(mutex_);
       if (!writing_ && !order_.empty() && order_.front()->answered && !broken_) {
@@ -514,10 +512,15 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
         finished_ = true;
         finish = true;
         status = first_error_;
+        // A stream whose writes broke (the client went away) is counted as CANCELLED.
+        counted = broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "") : status;
       }
     }
     if (next != nullptr) StartWrite(next);
-    if (finish) Finish(status);
+    if (finish) {
+      service_.count("Stream", counted);  // once, as the call it is: gpukv_requests_total counts calls finished
+      Finish(status);
+    }
   }
 
   KvService& service_;

@@ -247,6 +247,9 @@ TEST_F(ServiceTest, StreamAnswersEveryRequestWithItsIdInOrder) {
   EXPECT_EQ(responses[2].results()[0], v1::RESULT_EXISTS);
   EXPECT_EQ(responses[3].results()[0], v1::RESULT_OK);
   EXPECT_EQ(responses[4].results()[0], v1::RESULT_NOT_FOUND);
+  // gpukv_requests_total counts calls finished: this stream once, whatever its requests.
+  const std::string metrics = scrape(server_->metrics_port());
+  EXPECT_NE(metrics.find("gpukv_requests_total{code=\"OK\",method=\"Stream\"} 1\n"), std::string::npos) << metrics;
 }
 
 TEST_F(ServiceTest, ACallWhoseDeadlinePassesWhileQueuedIsNotApplied) {
@@ -366,6 +369,7 @@ TEST_F(ServiceTest, MetricsCountOperationsAndRequests) {
   const std::string metrics = scrape(server_->metrics_port());
   EXPECT_NE(metrics.find("gpukv_operations_total{kind=\"PUT\",result=\"OK\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("gpukv_requests_total{code=\"OK\",method=\"Get\"} 1"), std::string::npos) << metrics;
+  EXPECT_EQ(metrics.find("method=\"Stream\""), std::string::npos) << "no stream yet";
   EXPECT_NE(metrics.find("gpukv_batch_execution_seconds_count"), std::string::npos);
   EXPECT_NE(metrics.find("gpukv_batch_staging_seconds_count"), std::string::npos);
   EXPECT_NE(metrics.find("gpukv_batch_answer_seconds_count"), std::string::npos);
