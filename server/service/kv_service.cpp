@@ -122,9 +122,17 @@ void KvService::count(const char* method, const grpc::Status& status) {
 
 constexpr const char* kStartingOrDraining = "the server is starting or draining";
 
-std::optional<KvService::Refusal> KvService::refusal(std::size_t count) const {
+std::optional<KvService::Refusal> KvService::refusal(const CallOps& ops) const {
   if (batcher_.load() == nullptr) return Refusal{CallCode::kUnavailable, kStartingOrDraining};
-  if (count > max_call_ops_.load()) return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
+  if (ops.count > max_call_ops_.load()) return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
+  // Room for every GET's value is reserved before any is found: a call of many GETs at a large value width
+  // would hold memory for an answer it could never send.
+  if (const std::uint64_t gets = get_count(ops); gets * value_width_ > kMaxMessageBytes) {
+    return Refusal{CallCode::kResourceExhausted,
+                   "the call's " + std::to_string(gets) + " GETs may answer " + std::to_string(gets * value_width_) + " bytes of values (" +
+                       std::to_string(value_width_) + " bytes each), over the " + std::to_string(kMaxMessageBytes >> 20) +
+                       " MiB a response carries: split the call"};
+  }
   return std::nullopt;
 }
 
@@ -309,7 +317,7 @@ grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchGet", ctx, "malformed request: " + e);
   }
-  if (const auto r = refusal(ops.count)) return refuse("BatchGet", ctx, *r);
+  if (const auto r = refusal(ops)) return refuse("BatchGet", ctx, *r);
   return unary("BatchGet", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(), [resp](CallResults& r) {
     resp->mutable_values()->resize(r.values_size);
     return grpc::Status::OK;
@@ -323,7 +331,7 @@ grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, 
   if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
     return reject("BatchPut", ctx, "malformed request: " + e);
   }
-  if (const auto r = refusal(ops.count)) return refuse("BatchPut", ctx, *r);
+  if (const auto r = refusal(ops)) return refuse("BatchPut", ctx, *r);
   return unary("BatchPut", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
                [](CallResults&) { return grpc::Status::OK; });
 }
@@ -334,7 +342,7 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
   if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
     return reject("BatchDelete", ctx, "malformed request: " + e);
   }
-  if (const auto r = refusal(ops.count)) return refuse("BatchDelete", ctx, *r);
+  if (const auto r = refusal(ops)) return refuse("BatchDelete", ctx, *r);
   return unary("BatchDelete", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
                [](CallResults&) { return grpc::Status::OK; });
 }
@@ -455,7 +463,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       respond(item);
       return;
     }
-    if (const auto r = service_.refusal(ops.count)) {  // before the response is sized for it
+    if (const auto r = service_.refusal(ops)) {  // before the response is sized for it
       fail(item, status_of(r->code, r->message));
       return;
     }

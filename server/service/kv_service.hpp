@@ -17,6 +17,9 @@
 
 namespace gpukv::server {
 
+// The largest gRPC message the server receives or sends: batch calls carry up to millions of keys.
+inline constexpr std::size_t kMaxMessageBytes = std::size_t{256} << 20;
+
 class KvService final : public gpukv::v1::KeyValue::CallbackService {
  public:
   // on_request(method, code) counts each finished call for the metrics, on_wrong_shard(keys) the keys
@@ -53,7 +56,7 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   using Done = std::function<void(CallCode code, std::string_view message)>;
   struct Refusal {
     CallCode code;
-    const char* message;
+    std::string message;
   };
   void run(CallOps ops, CallResults* results, Clock::time_point deadline, Done done);
   // As run(), for a call of packed columns that may hold keys of other shards: those are answered
@@ -63,10 +66,10 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
                  Clock::time_point deadline, Done done);
   // Counts one finished call for the metrics (on_request).
   void count(const char* method, const grpc::Status& status);
-  // Why a call of `count` ops cannot be taken now (no batcher attached, or more ops than the queue holds),
-  // asked before its response is sized for it: a refused call would size it for nothing, and only the
-  // message size limit bounds its count. Empty if it can be taken.
-  std::optional<Refusal> refusal(std::size_t count) const;
+  // Why a call cannot be taken now (no batcher attached, more ops than the queue holds, or more GETs than
+  // a response can carry values for), asked before its response is sized for it: a refused call would size
+  // it for nothing, and only the message size limit bounds its count. Empty if it can be taken.
+  std::optional<Refusal> refusal(const CallOps& ops) const;
 
   const ShardFilter& shard() const { return shard_; }
   std::uint32_t key_width() const { return key_width_; }

@@ -50,8 +50,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, credentials(options_), &port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(256 << 20);  // batch calls carry up to millions of keys
-  builder.SetMaxSendMessageSize(256 << 20);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr || port_ == 0) throw std::runtime_error("cannot listen on " + options_.listen);
   set_health(*grpc_, false);

@@ -252,6 +252,29 @@ TEST_F(ServiceTest, StreamAnswersEveryRequestWithItsIdInOrder) {
   EXPECT_NE(metrics.find("gpukv_requests_total{code=\"OK\",method=\"Stream\"} 1\n"), std::string::npos) << metrics;
 }
 
+// Room for every GET's value is reserved before any is found, so a read whose answer could not fit a message
+// is refused at once, naming the limit, rather than holding memory for an answer it could never send: 5000
+// GETs at 64 KiB values would reserve 328 MB. A call that fits is answered, and nothing else changes.
+TEST_F(ServiceTest, AReadWhoseAnswerCouldNotFitAMessageIsRefusedWithTheLimit) {
+  ServerOptions o = small_server(1024);
+  o.table.value_width = 65536;
+  o.batcher.batch_size = 64;
+  start(o);
+  ASSERT_TRUE(put("k1", std::string(65536, 'v')).ok());
+  const auto batch_get = [&](int keys, v1::BatchGetResponse* resp) {
+    v1::BatchGetRequest req;
+    for (int i = 0; i < keys; ++i) add_key(*req.mutable_keys(), req.mutable_key_lengths(), "k" + std::to_string(i));
+    return stub_->BatchGet(context().get(), req, resp);
+  };
+  v1::BatchGetResponse resp;
+  const grpc::Status refused = batch_get(5000, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("over the 256 MiB a response carries"), std::string::npos) << refused.error_message();
+  ASSERT_TRUE(batch_get(4000, &resp).ok()) << "4000 x 64 KiB fits";
+  EXPECT_EQ(resp.results()[1], v1::RESULT_OK);
+  EXPECT_EQ(resp.values().size(), 65536u);  // only what was found is sent
+}
+
 TEST_F(ServiceTest, ACallWhoseDeadlinePassesWhileQueuedIsNotApplied) {
   ServerOptions o = small_server();
   o.batcher.max_delay = 500ms;  // a lone op waits half a second for its batch
