@@ -70,6 +70,18 @@ void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::
   }
 }
 
+v1::BatchPutRequest pack_entries(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent) {
+  v1::BatchPutRequest req;
+  req.set_if_absent(if_absent);
+  for (const auto& [k, v] : entries) {
+    req.mutable_keys()->append(k);
+    req.add_key_lengths(static_cast<std::uint32_t>(k.size()));
+    req.mutable_values()->append(v);
+    req.add_value_lengths(static_cast<std::uint32_t>(v.size()));
+  }
+  return req;
+}
+
 void unpack_get_results(const v1::BatchGetResponse& response, std::size_t keys, std::vector<KeyResult>* results) {
   results->clear();
   results->reserve(keys);
@@ -158,14 +170,7 @@ grpc::Status Client::batch_get(const std::vector<std::string>& keys, std::vector
 
 grpc::Status Client::batch_put(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent,
                                std::vector<v1::Result>* results) {
-  v1::BatchPutRequest req;
-  req.set_if_absent(if_absent);
-  for (const auto& [k, v] : entries) {
-    req.mutable_keys()->append(k);
-    req.add_key_lengths(static_cast<std::uint32_t>(k.size()));
-    req.mutable_values()->append(v);
-    req.add_value_lengths(static_cast<std::uint32_t>(v.size()));
-  }
+  const v1::BatchPutRequest req = pack_entries(entries, if_absent);
   v1::BatchPutResponse resp;
   grpc::Status s = batch_put(req, &resp);
   if (s.ok()) s = unpack_results(entries.size(), resp.results(), results);

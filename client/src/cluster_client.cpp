@@ -258,14 +258,7 @@ grpc::Status ClusterClient::batch_get(const std::vector<std::string>& keys, std:
 
 grpc::Status ClusterClient::batch_put(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent,
                                       std::vector<v1::Result>* results, std::vector<ShardFailure>* failures) {
-  v1::BatchPutRequest req;
-  req.set_if_absent(if_absent);
-  for (const auto& [k, v] : entries) {
-    req.mutable_keys()->append(k);
-    req.add_key_lengths(static_cast<std::uint32_t>(k.size()));
-    req.mutable_values()->append(v);
-    req.add_value_lengths(static_cast<std::uint32_t>(v.size()));
-  }
+  const v1::BatchPutRequest req = pack_entries(entries, if_absent);
   v1::BatchPutResponse resp;
   grpc::Status s = batch_put(req, &resp, failures);
   if (!s.ok()) return s;

@@ -80,6 +80,9 @@ const char* status_code_name(grpc::StatusCode code);
 // Packs keys into one bytes field and a length column, as the batch calls carry them.
 void pack_keys(const std::vector<std::string>& keys, std::string* blob, google::protobuf::RepeatedField<std::uint32_t>* lengths);
 
+// A BatchPut of key-value pairs, packed.
+v1::BatchPutRequest pack_entries(const std::vector<std::pair<std::string, std::string>>& entries, bool if_absent);
+
 // One KeyResult per key of a BatchGetResponse whose columns were checked for `keys` keys.
 void unpack_get_results(const v1::BatchGetResponse& response, std::size_t keys, std::vector<KeyResult>* results);
 
