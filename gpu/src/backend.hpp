@@ -27,6 +27,10 @@ class Backend {
   // Called once a batch call (all its passes) has finished.
   virtual void batch_done(std::uint64_t /*ops*/) {}
   virtual bool cleanup() = 0;
+  // Table::slot_count, export_items (`out` in host memory) and hold_cleanup.
+  virtual std::uint64_t slot_count() const = 0;
+  virtual std::uint64_t export_items(std::uint64_t from, std::uint64_t slots, const ItemColumns& out) = 0;
+  virtual void hold_cleanup(bool hold) = 0;
   virtual TableStats stats() const = 0;
   virtual std::string device_name() const = 0;
 };

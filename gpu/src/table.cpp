@@ -114,6 +114,29 @@ bool Table::cleanup() {
   return impl_->cleanup();
 }
 
+std::uint64_t Table::slot_count() const {
+  std::lock_guard lock(mutex_);
+  return impl_->slot_count();
+}
+
+std::size_t Table::export_items(std::uint64_t from, std::uint64_t slots, const ItemColumns& out) {
+  if (slots == 0) return 0;
+  if (out.keys == nullptr || out.key_lens == nullptr || out.values == nullptr || out.value_lens == nullptr) {
+    throw Error(Error::Code::kInvalidArgument, "export_items needs all four item columns");
+  }
+  const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 != 0; };
+  if (misaligned(out.keys) || misaligned(out.values) || misaligned(out.value_lens)) {
+    throw Error(Error::Code::kInvalidArgument, "item columns must be 8-byte aligned");
+  }
+  std::lock_guard lock(mutex_);
+  return impl_->export_items(from, slots, out);
+}
+
+void Table::hold_cleanup(bool hold) {
+  std::lock_guard lock(mutex_);
+  impl_->hold_cleanup(hold);
+}
+
 TableStats Table::stats() const {
   std::lock_guard lock(mutex_);
   return impl_->stats();

@@ -108,8 +108,25 @@ class Replayer {
 
 }  // namespace
 
+namespace {
+
+// Temporary files a crash left behind (a snapshot or a segment being created): never whole, never read.
+void remove_temporary_files(const std::filesystem::path& dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name.rfind("snapshot-", 0) == 0 || name.rfind("wal-", 0) == 0;
+    if (ours && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") std::filesystem::remove(entry.path());
+  }
+}
+
+}  // namespace
+
 Durability::Durability(const DurabilityOptions& options, Table& table, DurabilityObservers observers)
-    : options_(options), key_width_(table.config().key_width), value_stride_(table.value_stride()), observers_(std::move(observers)) {
+    : options_(options),
+      table_(table),
+      key_width_(table.config().key_width),
+      value_stride_(table.value_stride()),
+      observers_(std::move(observers)) {
   const auto start = std::chrono::steady_clock::now();
   std::error_code ec;
   std::filesystem::create_directories(options_.data_dir, ec);
@@ -121,36 +138,63 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
     throw std::runtime_error("--data_dir " + options_.data_dir.string() + " is in use by another gpukv-server (" + lock_path.string() +
                              " is locked)");
   }
+  remove_temporary_files(options_.data_dir);
 
   const LogShape shape{table.config().key_width, table.config().value_width};
   Replayer replayer(table);
   auto reported = start;
-  std::uint64_t bytes = 0;
+  std::uint64_t loaded = 0, bytes = 0;  // writes handed to the table and file bytes read, snapshot and log
+  // Decodes one payload (a snapshot block or a log record) into the replayer.
+  const auto load = [&](std::string_view payload, std::uint64_t framed_bytes) -> std::string {
+    DecodedWrites writes;
+    if (std::string bad = decode_writes(payload, shape.key_width, shape.value_width, &writes); !bad.empty()) return bad;
+    loaded += writes.count;
+    bytes += framed_bytes;
+    if (const auto now = std::chrono::steady_clock::now(); observers_.replaying && now - reported >= std::chrono::seconds(1)) {
+      reported = now;
+      observers_.replaying(loaded, bytes, std::chrono::duration<double>(now - start).count());
+    }
+    return replayer.add(writes);
+  };
+  const auto fail = [&](const std::string& error) {
+    throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + error);
+  };
+  // The newest snapshot only: the log before it is gone once it is durable, so an older one cannot stand in.
+  const std::vector<SnapshotFile> snapshots = list_snapshots(options_.data_dir);
+  if (!snapshots.empty()) {
+    std::string error = read_snapshot(
+        snapshots.back(), shape, options_.recover_skip_corrupt,
+        [&](std::string_view payload) { return load(payload, payload.size() + kRecordHeaderBytes + kRecordTrailerBytes); },
+        &recovery_.snapshot);
+    if (!error.empty()) fail(error);
+  }
+  const std::uint64_t from_log = loaded;
   std::string error = read_log(
-      options_.data_dir, shape, options_.recover_skip_corrupt,
-      [&](std::uint64_t, std::string_view payload) {
-        DecodedWrites writes;
-        if (std::string bad = decode_writes(payload, shape.key_width, shape.value_width, &writes); !bad.empty()) return bad;
-        recovery_.writes += writes.count;
-        bytes += payload.size() + kRecordHeaderBytes + kRecordTrailerBytes;
-        if (const auto now = std::chrono::steady_clock::now(); observers_.replaying && now - reported >= std::chrono::seconds(1)) {
-          reported = now;
-          observers_.replaying(recovery_.writes, bytes, std::chrono::duration<double>(now - start).count());
-        }
-        return replayer.add(writes);
-      },
+      options_.data_dir, shape, options_.recover_skip_corrupt, recovery_.snapshot.log_start,
+      [&](std::uint64_t, std::string_view payload) { return load(payload, payload.size() + kRecordHeaderBytes + kRecordTrailerBytes); },
       &recovery_.log);
   if (error.empty()) error = replayer.flush();
-  if (!error.empty()) throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + error);
+  if (!error.empty()) fail(error);
+  recovery_.writes = loaded - from_log;
   recovery_.took = std::chrono::steady_clock::now() - start;
   if (options_.wal != WalMode::kOff) {
     log_ = std::make_unique<LogWriter>(options_.data_dir, shape, recovery_.log.next_seq,
                                        options_.wal == WalMode::kEveryBatch ? SyncPolicy::kEveryBatch : SyncPolicy::kEverySecond);
     if (observers_.synced) log_->on_sync(observers_.synced);
   }
+  snapshotter_ = std::thread([this] { snapshot_loop(); });
 }
 
-Durability::~Durability() { log_.reset(); }  // its last fdatasync, then the lock
+Durability::~Durability() {
+  {
+    std::lock_guard lock(requests_mutex_);
+    stop_ = true;
+  }
+  abandon_ = true;
+  requests_changed_.notify_all();
+  snapshotter_.join();
+  log_.reset();  // its last fdatasync, then the lock
+}
 
 Durability::LockFile::~LockFile() {
   if (fd >= 0) ::close(fd);
@@ -163,6 +207,7 @@ void Durability::encode_batch(const BatchIn& in, const std::uint8_t* status, std
 
 std::string Durability::append(const std::string& payload) {
   if (!log_ || payload.empty()) return {};
+  std::lock_guard lock(log_mutex_);
   std::string error = log_->write(payload);
   if (!error.empty()) {
     if (observers_.failed) observers_.failed();
@@ -174,6 +219,7 @@ std::string Durability::append(const std::string& payload) {
 
 std::string Durability::sync() {
   if (!log_) return {};
+  std::lock_guard lock(log_mutex_);
   std::string error = log_->sync();
   if (!error.empty() && observers_.failed) observers_.failed();
   return error;

@@ -79,6 +79,13 @@ class LogWriter {
   // write() then, with kEveryBatch, sync().
   std::string append(std::string_view payload);
 
+  // Ends the open segment and opens the next, which starts at next_seq(), so that every record written
+  // later lies in it or after (a snapshot's starting point; the older segments go once it is durable). The
+  // old segment's records are made durable first: an unsynced record must not be left torn in a segment
+  // that is no longer the newest. Returns next_seq() in `first_seq`, or a message; a failed sync of records
+  // a kEveryBatch writer has not synced yet is also the next sync()'s failure (they count as not written).
+  std::string rotate(std::uint64_t* first_seq);
+
   std::uint64_t next_seq() const { return next_seq_; }
   // Seconds each fdatasync took, for a latency histogram: set once, before the first append.
   void on_sync(std::function<void(double seconds)> observe) { on_sync_ = std::move(observe); }
@@ -94,6 +101,7 @@ class LogWriter {
   std::filesystem::path path_;
   std::uint64_t next_seq_;
   std::function<void(double)> on_sync_;
+  std::string failed_sync_;  // a rotate()'s failed sync of records not yet synced, for the next sync()
   std::unique_ptr<State> state_;
 };
 
@@ -107,12 +115,13 @@ struct LogReplay {
   std::vector<std::string> skipped;  // damage passed over with skip_corrupt, each "file at offset N: why"
 };
 
-// Reads every segment under `dir` in order and hands each valid record to `apply` (which returns an error
-// message, or empty). Returns an error message naming the file and offset (a segment of other widths or
-// version, damage before the newest segment's end, a gap in the sequence numbers, or `apply`'s error), or
-// empty. With `skip_corrupt`, damage is reported in `replay->skipped` and the reader goes on at the next
-// valid record instead. A torn last record is dropped and cut from its file.
-std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip_corrupt,
+// Reads the segments under `dir` in order and hands each valid record from `from_seq` on (the first record a
+// snapshot does not hold; 1 without one) to `apply` (which returns an error message, or empty). Returns an
+// error message naming the file and offset (a segment of other widths or version, damage before the newest
+// segment's end, a gap in the sequence numbers or before from_seq, or `apply`'s error), or empty. With
+// `skip_corrupt`, damage is reported in `replay->skipped` and the reader goes on at the next valid record
+// instead. A torn last record is dropped and cut from its file.
+std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip_corrupt, std::uint64_t from_seq,
                      const std::function<std::string(std::uint64_t seq, std::string_view payload)>& apply, LogReplay* replay);
 
 // fsyncs a directory, so that a file created, renamed or removed in it stays so after a crash.

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 #include "log_file.hpp"
 #include "log_io.hpp"
@@ -132,8 +133,34 @@ std::string LogWriter::write(std::string_view payload) {
   return {};
 }
 
+std::string LogWriter::rotate(std::uint64_t* first_seq) {
+  State& s = *state_;
+  if (policy_ == SyncPolicy::kEverySecond) {
+    std::lock_guard lock(s.mutex);
+    if (s.fd >= 0 && s.dirty) {
+      if (::fdatasync(s.fd) != 0) {
+        s.sync_error = errno_text("cannot fdatasync", path_);  // what the background sync would have found
+        return s.sync_error;
+      }
+      s.dirty = false;
+    }
+  } else if (s.synced_seq != next_seq_) {
+    if (std::string error = sync(); !error.empty()) {
+      failed_sync_ = error;  // the records the log thread wrote and has yet to sync are lost: its sync() says so
+      return error;
+    }
+  }
+  if (std::string error = open_segment(); !error.empty()) {
+    s.new_segment_needed = true;
+    return error;
+  }
+  *first_seq = next_seq_;
+  return {};
+}
+
 std::string LogWriter::sync() {
   State& s = *state_;
+  if (!failed_sync_.empty()) return std::exchange(failed_sync_, std::string());
   if (policy_ == SyncPolicy::kEverySecond) {
     std::lock_guard lock(s.mutex);
     return s.sync_error;

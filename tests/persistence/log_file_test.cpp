@@ -45,12 +45,12 @@ class LogDir : public testing::Test {
 
   // Reads the whole log; returns the error (empty if none) and fills `payloads` with what was applied.
   std::string read(std::vector<std::string>* payloads, LogReplay* replay = nullptr, bool skip_corrupt = false,
-                   LogShape shape = kShape) {
+                   LogShape shape = kShape, std::uint64_t from_seq = 1) {
     LogReplay local;
     if (replay == nullptr) replay = &local;
     payloads->clear();
     std::uint64_t last = 0;
-    return read_log(dir_, shape, skip_corrupt,
+    return read_log(dir_, shape, skip_corrupt, from_seq,
                     [&](std::uint64_t seq, std::string_view payload) {
                       EXPECT_GT(seq, last) << "records arrive in order";
                       last = seq;

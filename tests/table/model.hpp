@@ -91,6 +91,29 @@ class Columns {
   std::vector<std::uint32_t> out_value_lens_;
 };
 
+// Every live item of the table, read out with export_items in ranges of `range` slots; a key met twice fails.
+inline std::unordered_map<std::string, std::string> exported(Table& table, std::uint64_t range) {
+  const TableConfig& c = table.config();
+  const std::uint32_t stride = value_stride(c.value_width);
+  HostMemory keys = table.allocate_host(range * c.key_width), key_lens = table.allocate_host(range);
+  HostMemory values = table.allocate_host(range * stride), value_lens = table.allocate_host(range * 4);
+  const ItemColumns out{keys.data(), key_lens.data(), values.data(), reinterpret_cast<std::uint32_t*>(value_lens.data())};
+  std::unordered_map<std::string, std::string> items;
+  const std::uint64_t slots = table.slot_count();
+  for (std::uint64_t from = 0; from < slots; from += range) {
+    const std::size_t n = table.export_items(from, range, out);
+    EXPECT_LE(n, range);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string key(reinterpret_cast<const char*>(out.keys) + i * c.key_width, out.key_lens[i]);
+      std::string value(reinterpret_cast<const char*>(out.values) + i * stride, out.value_lens[i]);
+      // Zeros past the value to its 8-byte boundary, as a GET's: values come out clean.
+      for (std::uint32_t b = out.value_lens[i]; b % 8 != 0; ++b) EXPECT_EQ(out.values[i * stride + b], 0) << "value padding";
+      EXPECT_TRUE(items.emplace(std::move(key), std::move(value)).second) << "a key exported twice";
+    }
+  }
+  return items;
+}
+
 // The reference: a hash map, applied one op at a time in batch order.
 // Live keys and the most keys the table takes, over both tiers.
 inline std::uint64_t total_items(const TableStats& s) { return s.items + s.host.items; }
@@ -175,6 +198,12 @@ class Model {
       ++i;
     }
     ASSERT_EQ(total_items(table.stats()), map_.size());
+  }
+
+  // Reads the whole table out with export_items, in ranges of `range` slots (a snapshot's scan), and checks
+  // it holds exactly the model's items: each key once, with its value.
+  void check_export(Table& table, std::uint64_t range) {
+    ASSERT_EQ(exported(table, range), map_) << "the table's items, read out in ranges of " << range << " slots";
   }
 
   const std::unordered_map<std::string, std::string>& map() const { return map_; }

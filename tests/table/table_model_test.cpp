@@ -1,7 +1,8 @@
 // The table against std::unordered_map over long random mixed sequences: inserts, overwrites,
 // PUT_IF_ABSENT, deletes and re-inserts, hot keys repeated inside one batch, fills up to the maximum load
 // factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes and backends,
-// with one tier and with a host tier that the device tier spills into.
+// with one tier and with a host tier that the device tier spills into. Now and then the table is read out
+// whole (export_items, a snapshot's source) and compared with the model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -109,8 +110,13 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
       model.check_contents(table);
       if (testing::Test::HasFatalFailure()) return;
     }
+    if (batch_no % 200 == 0) {
+      model.check_export(table, 1 + gen.next(static_cast<std::uint32_t>(table.slot_count())));
+      if (testing::Test::HasFatalFailure()) return;
+    }
   }
   model.check_contents(table);
+  model.check_export(table, table.slot_count());
   const TableStats stats = table.stats();
   testing::Test::RecordProperty("fulls", std::to_string(model.fulls()));
   testing::Test::RecordProperty("cleanups", std::to_string(stats.cleanups));

@@ -73,8 +73,22 @@ class Table {
   // benchmark, which time the table without host-device copies.
   void execute_on_device(const BatchIn& in, const BatchOut& out);
 
-  // Runs the tombstone clean-up now (it also runs automatically). Returns false if it could not get memory.
+  // Runs the tombstone clean-up now (it also runs automatically). Returns false if it could not get memory
+  // or clean-up is held (hold_cleanup).
   bool cleanup();
+
+  // Reading the table out, a range of slots at a time (a snapshot, streamed while batches keep running):
+  // slot positions [0, slot_count()) cover the device tier's slots, then the host tier's.
+  std::uint64_t slot_count() const;
+  // Copies the live items of slot positions [from, from + slots) into `out`, host memory with room for
+  // `slots` items (allocate_host's is copied into fastest), in no particular order; returns how many there
+  // were. Runs between passes, like a batch: a scan taken in ranges lets batches run between them.
+  std::size_t export_items(std::uint64_t from, std::uint64_t slots, const ItemColumns& out);
+  // Clean-up moves keys between slots, so that a scan in ranges could miss a key or see it twice. While
+  // held (hold_cleanup(true) once per hold_cleanup(false) to come), clean-up waits: a scan then sees every
+  // key that no batch wrote or deleted meanwhile exactly once, with its value. Tombstones pile up meanwhile,
+  // and are cleaned after the last hold ends.
+  void hold_cleanup(bool hold);
 
   TableStats stats() const;
   BackendKind backend() const { return backend_; }

@@ -104,6 +104,17 @@ struct BatchOut {
   std::uint32_t* value_lens = nullptr;
 };
 
+// Live items read out of a table (Table::export_items), in the column layout of a batch of PUTs: item i's key
+// at keys[i*key_width] with its length in key_lens[i], its value at values[i*value_stride] (zero-padded to
+// the next 8-byte boundary, as a GET's; the rest of the stride is untouched) with its length in value_lens[i].
+// All pointers 8-byte aligned.
+struct ItemColumns {
+  std::uint8_t* keys = nullptr;
+  std::uint8_t* key_lens = nullptr;
+  std::uint8_t* values = nullptr;
+  std::uint32_t* value_lens = nullptr;
+};
+
 // One tier's occupancy and size.
 struct TierStats {
   std::uint64_t items = 0;            // live keys

@@ -120,6 +120,11 @@ class CpuBackend final : public Backend {
     return HostMemory(static_cast<std::uint8_t*>(p), bytes, std::free);
   }
   bool cleanup() override { return runner_.cleanup(); }
+  std::uint64_t slot_count() const override { return runner_.slot_count(); }
+  std::uint64_t export_items(std::uint64_t from, std::uint64_t slots, const ItemColumns& out) override {
+    return runner_.export_items(from, slots, out);
+  }
+  void hold_cleanup(bool hold) override { runner_.hold_cleanup(hold); }
   TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }
   std::string device_name() const override {
     return "cpu (" + std::to_string(pool_.threads()) + " threads)";

@@ -413,6 +413,29 @@ class GpuBackend final : public Backend {
     return runner_.cleanup();
   }
 
+  std::uint64_t slot_count() const override { return runner_.slot_count(); }
+
+  // The items are gathered in the staging columns (the slots of both tiers are read where they live; only
+  // FULL ones cross PCIe from the host tier), then copied to `out` whole, one copy per column.
+  std::uint64_t export_items(std::uint64_t from, std::uint64_t slots, const ItemColumns& out) override {
+    GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    const std::uint32_t stride = geometry_.value_stride;
+    staging_.reserve(std::max<std::uint64_t>(slots, 1024), config_.key_width, stride);
+    const BatchIn d = staging_.in(slots);
+    const ItemColumns gathered{const_cast<std::uint8_t*>(d.keys), const_cast<std::uint8_t*>(d.key_lens),
+                               const_cast<std::uint8_t*>(d.values), const_cast<std::uint32_t*>(d.value_lens)};
+    const std::uint64_t n = runner_.export_items(from, slots, gathered);
+    const cudaStream_t s = stream_.stream;
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.keys, gathered.keys, n * config_.key_width, cudaMemcpyDeviceToHost, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.key_lens, gathered.key_lens, n, cudaMemcpyDeviceToHost, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.values, gathered.values, n * stride, cudaMemcpyDeviceToHost, s));
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.value_lens, gathered.value_lens, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, s));
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(s));
+    return n;
+  }
+
+  void hold_cleanup(bool hold) override { runner_.hold_cleanup(hold); }
+
   TableStats stats() const override { return make_stats(geometry_, runner_.counters(), runner_.stats()); }
 
   std::string device_name() const override {

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "gpukv/detail/cleanup.hpp"
+#include "gpukv/detail/export.hpp"
 #include "gpukv/detail/pass_ops.hpp"
 #include "gpukv/types.hpp"
 
@@ -152,9 +153,47 @@ class PassRunner {
 
   // Removes every tombstone of both tiers and re-places displaced keys. Returns false if a tier's scratch
   // for its displaced keys could not be allocated (that tier is then unchanged).
+  // Nor while clean-up is held.
   bool cleanup() {
+    if (cleanup_holds_ != 0) return false;
     const bool device = cleanup_tier(false);
     return (!has_host() || cleanup_tier(true)) && device;
+  }
+
+  // Table::hold_cleanup: a count, so that overlapping scans each hold it.
+  void hold_cleanup(bool hold) {
+    if (hold) {
+      ++cleanup_holds_;
+    } else if (cleanup_holds_ != 0) {
+      --cleanup_holds_;
+    }
+  }
+
+  std::uint64_t slot_count() const { return table_.capacity + host_.capacity; }
+
+  // Copies the live items of slot positions [from, from + n) (the device tier's slots, then the host
+  // tier's) to `out`, memory the executor's threads write, with room for n items; returns how many.
+  std::uint64_t export_items(std::uint64_t from, std::uint64_t n, ItemColumns out) {
+    const std::uint64_t end = std::min(from + n, slot_count());
+    std::uint64_t count = 0;
+    for (const bool in_host : {false, true}) {
+      const Ref t = in_host ? host_ : table_;
+      const std::uint64_t base = in_host ? table_.capacity : 0;  // the tier's first position
+      const std::uint64_t begin = std::max(from, base), stop = std::min(end, base + t.capacity);
+      if (begin >= stop) continue;
+      known_.extracted = 0;
+      exec_.write_counters(known_);
+      exec_.for_each(stop - begin, ExportItem<Ref>{t, begin - base, out, &counters_->extracted});
+      const std::uint64_t found = exec_.read_counters().extracted;
+      count += found;
+      out.keys += found * (Ref::key_words * 8);
+      out.key_lens += found;
+      out.values += found * t.value_stride;
+      out.value_lens += found;
+    }
+    known_.extracted = 0;
+    exec_.write_counters(known_);
+    return count;
   }
 
   const Counters& counters() const { return known_; }
@@ -189,6 +228,7 @@ class PassRunner {
 
   void maybe_cleanup(bool in_host) {
     TierCleanup& c = cleanup_[in_host];
+    if (cleanup_holds_ != 0) return;  // a scan is reading the slots; the next pass after it ends cleans
     const bool due = tombstones(in_host) >= c.next || (crowded(in_host) && tombstones(in_host) >= c.crowded_retry);
     if (!due || cleanup_tier(in_host)) return;
     stats_.cleanups_skipped += 1;
@@ -243,6 +283,7 @@ class PassRunner {
   TierCleanup cleanup_[2];  // device, host
   Counters known_{};  // the counters as of the end of the last pass
   PassStats stats_;
+  std::uint64_t cleanup_holds_ = 0;
 };
 
 }  // namespace gpukv::detail

@@ -1,0 +1,177 @@
+// The snapshot file: its name, its writer and its reader (snapshot_file.hpp).
+#include "snapshot_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <utility>
+
+#include "log_io.hpp"
+#include "record_reader.hpp"
+
+namespace gpukv::server::persistence {
+
+using namespace io;
+
+namespace {
+
+constexpr char kSnapshotMagic[8] = {'G', 'P', 'U', 'K', 'V', 'S', 'N', 'P'};
+constexpr std::string_view kPrefix = "snapshot-", kSuffix = ".snap";
+
+std::string encode_snapshot_header(LogShape shape, std::uint64_t log_start, std::uint64_t items, std::uint64_t blocks) {
+  std::string h(kSnapshotHeaderBytes, '\0');
+  std::memcpy(h.data(), kSnapshotMagic, 8);
+  put_u32(h.data() + 8, kSnapshotVersion);
+  put_u32(h.data() + 12, shape.key_width);
+  put_u32(h.data() + 16, shape.value_width);
+  put_u64(h.data() + 24, log_start);
+  put_u64(h.data() + 32, items);
+  put_u64(h.data() + 40, blocks);
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  put_u64(h.data() + 48, static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::seconds>(now).count()));
+  put_u64(h.data() + 56, XXH3_64bits(h.data(), 56));
+  return h;
+}
+
+}  // namespace
+
+std::filesystem::path snapshot_path(const std::filesystem::path& dir, std::uint64_t log_start) {
+  char name[40];
+  std::snprintf(name, sizeof name, "snapshot-%016llx.snap", static_cast<unsigned long long>(log_start));
+  return dir / name;
+}
+
+std::vector<SnapshotFile> list_snapshots(const std::filesystem::path& dir) {
+  std::vector<SnapshotFile> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != kPrefix.size() + 16 + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
+        name.substr(kPrefix.size() + 16) != kSuffix) {
+      continue;
+    }
+    const std::string hex = name.substr(kPrefix.size(), 16);
+    if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    files.push_back({entry.path(), std::stoull(hex, nullptr, 16)});
+  }
+  std::sort(files.begin(), files.end(), [](const SnapshotFile& a, const SnapshotFile& b) { return a.log_start < b.log_start; });
+  return files;
+}
+
+SnapshotWriter::SnapshotWriter(std::filesystem::path dir, LogShape shape, std::uint64_t log_start)
+    : dir_(std::move(dir)),
+      shape_(shape),
+      log_start_(log_start),
+      path_(snapshot_path(dir_, log_start)),
+      temp_(path_.string() + ".tmp") {
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error(errno_text("cannot create", temp_));
+  // Room for the header, written last: a header that reads whole describes a whole file.
+  if (std::string error = write_all(fd_, std::string(kSnapshotHeaderBytes, '\0'), temp_); !error.empty()) {
+    ::close(fd_);
+    ::unlink(temp_.c_str());
+    throw std::runtime_error(error);
+  }
+}
+
+SnapshotWriter::~SnapshotWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!finished_) ::unlink(temp_.c_str());
+}
+
+std::string SnapshotWriter::add_block(std::string_view payload, std::uint64_t items) {
+  const std::string record = encode_record(blocks_, payload);
+  if (std::string error = write_all(fd_, record, temp_); !error.empty()) return error;
+  ++blocks_;
+  items_ += items;
+  bytes_ += record.size();
+  return {};
+}
+
+std::string SnapshotWriter::finish() {
+  const std::string header = encode_snapshot_header(shape_, log_start_, items_, blocks_);
+  if (::pwrite(fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size())) {
+    return errno_text("cannot write the header of", temp_);
+  }
+  if (::fsync(fd_) != 0) return errno_text("cannot fsync", temp_);
+  if (::close(std::exchange(fd_, -1)) != 0) return errno_text("cannot close", temp_);
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) return errno_text("cannot rename to", path_);
+  finished_ = true;
+  return sync_directory(dir_);
+}
+
+std::string read_snapshot(const SnapshotFile& file, LogShape shape, bool skip_corrupt,
+                          const std::function<std::string(std::string_view payload)>& apply, SnapshotLoad* load) {
+  const std::string name = file.path.string();
+  load->path = file.path;
+  const int fd = ::open(file.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_text("cannot open", file.path);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return errno_text("cannot stat", file.path);
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  char header[kSnapshotHeaderBytes];
+  if (size < kSnapshotHeaderBytes || !read_at(fd, 0, header, sizeof header) || std::memcmp(header, kSnapshotMagic, 8) != 0 ||
+      XXH3_64bits(header, 56) != get_u64(header + 56)) {
+    return name + " at offset 0: not a gpukv snapshot, or its header is damaged";
+  }
+  if (get_u32(header + 8) != kSnapshotVersion) {
+    return name + " at offset 8: snapshot format version " + std::to_string(get_u32(header + 8)) + ", this server reads version " +
+           std::to_string(kSnapshotVersion);
+  }
+  const LogShape written{get_u32(header + 12), get_u32(header + 16)};
+  if (written.key_width != shape.key_width || written.value_width != shape.value_width) {
+    return name + " was written with key width " + std::to_string(written.key_width) + " and value width " +
+           std::to_string(written.value_width) + "; this server has key width " + std::to_string(shape.key_width) +
+           " and value width " + std::to_string(shape.value_width) + " (start it with those, or with another --data_dir)";
+  }
+  load->log_start = get_u64(header + 24);
+  if (load->log_start != file.log_start) return name + " at offset 24: its header names another log start than its name";
+  const std::uint64_t items = get_u64(header + 32), blocks = get_u64(header + 40);
+
+  SegmentReader in(fd, size);
+  std::uint64_t offset = kSnapshotHeaderBytes, expected = 0, found_items = 0;
+  const auto damaged = [&](const std::string& where) -> bool {
+    if (!skip_corrupt) return false;
+    load->skipped.push_back(where);
+    return true;
+  };
+  while (offset < size) {
+    RecordAt r = read_record(in, offset);
+    if (r.error.empty() && r.seq != expected) r.error = "block " + std::to_string(r.seq) + " where " + std::to_string(expected) + " was due";
+    if (!r.error.empty()) {
+      const std::string where = name + " at offset " + std::to_string(offset) + ": " + r.error;
+      if (!damaged(where)) return where + " (--recover_skip_corrupt passes over damaged blocks, losing their items)";
+      const std::optional<std::uint64_t> later = next_valid_record(fd, offset, size);
+      if (!later) return {};  // nothing valid after the damage: what was read is what there is
+      offset = *later;
+      expected = read_record(in, offset).seq;
+      continue;
+    }
+    if (std::string error = apply(r.payload); !error.empty()) {
+      return name + " at offset " + std::to_string(offset) + ", block " + std::to_string(r.seq) + ": " + error;
+    }
+    found_items += r.payload.size() >= 4 ? get_u32(r.payload.data()) : 0;
+    load->bytes += r.length;
+    offset += r.length;
+    ++expected;
+  }
+  load->items = found_items;
+  if (expected != blocks || found_items != items) {
+    const std::string where = name + " at offset " + std::to_string(size) + ": the file ends after " + std::to_string(expected) +
+                              " blocks holding " + std::to_string(found_items) + " items, its header promises " +
+                              std::to_string(blocks) + " blocks holding " + std::to_string(items);
+    if (!damaged(where)) return where;
+  }
+  return {};
+}
+
+}  // namespace gpukv::server::persistence
