@@ -1,6 +1,7 @@
 // gpukv-server: the gpukv gRPC service. Every flag can also be set through the environment as GPUKV_<FLAG>
 // (for example GPUKV_CAPACITY=1000000); a flag given on the command line wins over the environment.
-// SIGTERM or SIGINT drains the server: health turns NOT_SERVING, queued calls finish, then it exits.
+// SIGTERM or SIGINT drains the server: health turns NOT_SERVING, queued calls finish, a last snapshot is
+// taken (with --data_dir), then it exits.
 #include <absl/flags/flag.h>
 #include <absl/flags/parse.h>
 #include <absl/flags/reflection.h>
@@ -51,10 +52,14 @@ ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, data_dir, "",
-          "directory that keeps the table across restarts (its write-ahead log); empty: nothing is kept");
+          "directory that keeps the table across restarts (its snapshots and write-ahead log); empty: nothing is kept");
 ABSL_FLAG(std::string, wal, "off",
           "write-ahead log with --data_dir: batch (each write durable before it is acknowledged; the batches waiting "
-          "share one fdatasync), everysec (fdatasync once a second: a machine crash loses up to a second) or off");
+          "share one fdatasync), everysec (fdatasync once a second: a machine crash loses up to a second) or off "
+          "(snapshots only: a kill loses the writes since the newest one)");
+ABSL_FLAG(std::uint32_t, snapshot_interval, 3600,
+          "seconds between snapshots of the table with --data_dir (0: only on request and at shutdown); a snapshot "
+          "bounds the log a restart replays");
 ABSL_FLAG(bool, recover_skip_corrupt, false,
           "at start-up, pass over damaged log records (losing their writes) instead of refusing to start");
 ABSL_FLAG(std::uint32_t, shard_count, 1,
@@ -168,9 +173,7 @@ int main(int argc, char** argv) {
     options.durability.data_dir = absl::GetFlag(FLAGS_data_dir);
     options.durability.wal = gpukv::server::persistence::parse_wal_mode(absl::GetFlag(FLAGS_wal));
     options.durability.recover_skip_corrupt = absl::GetFlag(FLAGS_recover_skip_corrupt);
-    if (!options.durability.data_dir.empty() && options.durability.wal == gpukv::server::persistence::WalMode::kOff) {
-      throw std::invalid_argument("--data_dir keeps data through the write-ahead log: give --wal=batch or --wal=everysec");
-    }
+    options.durability.snapshot_interval = std::chrono::seconds(absl::GetFlag(FLAGS_snapshot_interval));
     if (options.durability.data_dir.empty() && options.durability.wal != gpukv::server::persistence::WalMode::kOff) {
       throw std::invalid_argument("--wal needs --data_dir, the directory the log is written to");
     }

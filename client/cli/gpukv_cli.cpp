@@ -16,6 +16,9 @@
 //                                own --shard_index / --shard_count disagree with its place in --targets
 //     shard-of [FILE|-]          one key per line; prints "slot<TAB>shard" for each, over --shard_count shards
 //                                (default: as many as --targets lists; asks no server)
+//     snapshot                   has the server (every shard, at once) write a snapshot of its table to its data
+//                                directory; prints "file<TAB>items<TAB>bytes<TAB>seconds" (a shard's line starts
+//                                with its index) once it is durable; waits up to --snapshot_timeout_s
 //
 // --targets (default $GPUKV_TARGETS) names a cluster's shards in shard order, with {a..b} ranges expanded
 // (gpukv-{0..2}.gpukv-shards.gpukv.svc:50051): every key goes to its shard, batch and stream input is split by
@@ -37,6 +40,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpukv/client.hpp"
@@ -50,6 +54,7 @@ ABSL_FLAG(std::uint32_t, timeout_ms, 5000, "deadline of each call attempt, milli
 ABSL_FLAG(bool, if_absent, false, "put / batch-put: store only keys that are absent");
 ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to trust; plaintext when empty");
 ABSL_FLAG(std::uint32_t, group, 100, "stream: operations per group");
+ABSL_FLAG(std::uint32_t, snapshot_timeout_s, 600, "snapshot: how long to wait for the snapshot, seconds");
 
 
 namespace {
@@ -81,7 +86,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 int usage() {
   std::fprintf(stderr, "usage: gpukv [flags] get KEY | put KEY VALUE | delete KEY | batch-get [FILE] |\n"
                        "             batch-put [FILE] | batch-delete [FILE] | stream [FILE] | stats | health |\n"
-                       "             cluster-stats | shard-of [FILE]\n");
+                       "             cluster-stats | shard-of [FILE] | snapshot\n");
   return 2;
 }
 
@@ -164,6 +169,33 @@ int run_stream(ClientType& client, const std::string& path) {
 
 // One line per shard (its place, as it reports it, and its figures), then the sum. A shard that does not
 // answer is shown with its error.
+// Snapshots of every server at once (a cluster's shards each write their own); a line per server, prefixed
+// with its shard index when there are several.
+int snapshot(const std::vector<gpukv::client::Client*>& servers) {
+  const std::chrono::milliseconds timeout(std::chrono::seconds(absl::GetFlag(FLAGS_snapshot_timeout_s)));
+  std::vector<v1::SnapshotResponse> responses(servers.size());
+  std::vector<grpc::Status> statuses(servers.size());
+  std::vector<std::thread> callers;
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    callers.emplace_back([&, i] { statuses[i] = servers[i]->snapshot(&responses[i], timeout); });
+  }
+  for (auto& c : callers) c.join();
+  int code = 0;
+  for (std::size_t i = 0; i < servers.size(); ++i) {
+    const std::string shard = servers.size() > 1 ? std::to_string(i) + "\t" : "";
+    if (!statuses[i].ok()) {
+      std::fprintf(stderr, "gpukv: %s%s: %s\n", shard.c_str(), gpukv::client::status_code_name(statuses[i].error_code()),
+                   statuses[i].error_message().c_str());
+      code = 3;
+      continue;
+    }
+    const v1::SnapshotResponse& r = responses[i];
+    std::printf("%s%s\t%llu\t%llu\t%.3f\n", shard.c_str(), r.file().c_str(), static_cast<unsigned long long>(r.items()),
+                static_cast<unsigned long long>(r.bytes()), r.seconds());
+  }
+  return code;
+}
+
 int cluster_stats(gpukv::client::ClusterClient& cluster) {
   const auto shards = cluster.shard_stats();
   std::printf("%-6s %-32s %-8s %-6s %12s %12s %14s %12s %s\n", "shard", "target", "reports", "backend", "items", "max_items",
@@ -333,9 +365,15 @@ int main(int argc, char** argv) {
     if (command == "cluster-stats" && shards.empty()) shards.push_back(options.target);  // a cluster of one
     if (!shards.empty()) {
       gpukv::client::ClusterClient cluster(gpukv::client::ClusterOptions{shards, options});
+      if (command == "snapshot" && args.size() == 2) {
+        std::vector<gpukv::client::Client*> servers;
+        for (std::uint32_t i = 0; i < cluster.shard_count(); ++i) servers.push_back(&cluster.shard(i));
+        return snapshot(servers);
+      }
       return run_command(cluster, args);
     }
     gpukv::client::Client client(options);
+    if (command == "snapshot" && args.size() == 2) return snapshot({&client});
     return run_command(client, args);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpukv: %s\n", e.what());

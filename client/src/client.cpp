@@ -190,6 +190,12 @@ grpc::Status Client::stats(v1::StatsResponse* stats) {
   return with_retries([&](grpc::ClientContext& c) { return stub_->Stats(&c, v1::StatsRequest{}, stats); });
 }
 
+grpc::Status Client::snapshot(v1::SnapshotResponse* snapshot, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  return stub_->Snapshot(&context, v1::SnapshotRequest{}, snapshot);
+}
+
 grpc::Status Client::health(bool* serving) {
   // grpc.health.v1.Health/Check through the generic stub, the messages encoded by hand: the request is
   // {service: "gpukv.v1.KeyValue"} (field 1, a string), the reply {status: enum} (field 1, a varint;

@@ -384,6 +384,31 @@ grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, con
   return reactor;
 }
 
+grpc::ServerUnaryReactor* KvService::Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest*,
+                                              v1::SnapshotResponse* resp) {
+  auto* reactor = ctx->DefaultReactor();
+  if (!snapshotter_) {
+    const grpc::Status status(grpc::StatusCode::FAILED_PRECONDITION, "this server keeps no data: it was started without --data_dir");
+    count("Snapshot", status);
+    reactor->Finish(status);
+    return reactor;
+  }
+  snapshotter_([this, reactor, resp](const persistence::SnapshotResult& r) {
+    grpc::Status status;
+    if (!r.error.empty()) {
+      status = grpc::Status(grpc::StatusCode::INTERNAL, "the snapshot failed: " + r.error);
+    } else {
+      resp->set_file(r.path.string());
+      resp->set_items(r.items);
+      resp->set_bytes(r.bytes);
+      resp->set_seconds(r.seconds);
+    }
+    count("Snapshot", status);
+    reactor->Finish(status);
+  });
+  return reactor;
+}
+
 namespace {
 
 // One Stream call: every request read is submitted at once (so requests pipeline), and responses are

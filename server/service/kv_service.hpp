@@ -12,6 +12,7 @@
 #include <string>
 
 #include "batcher/batcher.hpp"
+#include "persistence/durability.hpp"
 #include "gpukv/v1/kv.grpc.pb.h"
 #include "shard_filter.hpp"
 
@@ -48,6 +49,13 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
                                   v1::StatsResponse* resp) override;
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* req,
+                                     v1::SnapshotResponse* resp) override;
+
+  // What the Snapshot call does: asks for a snapshot and returns at once; `done` runs (on another thread)
+  // with the result. Set before serving; without one, Snapshot is FAILED_PRECONDITION.
+  using SnapshotDone = std::function<void(const persistence::SnapshotResult&)>;
+  void set_snapshotter(std::function<void(SnapshotDone)> snapshotter) { snapshotter_ = std::move(snapshotter); }
 
   // Submits packed columns; `done` runs once with the batcher's outcome (results filled when kOk), or with
   // kUnavailable when no batcher is attached. `done` counts the call, with the status the call ends with (a
@@ -98,6 +106,7 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   const std::function<void(const char*, grpc::StatusCode)> on_request_;
   const std::function<void(std::size_t)> on_wrong_shard_;
   std::atomic<std::uint64_t> wrong_shard_keys_{0};  // for Stats
+  std::function<void(SnapshotDone)> snapshotter_;
   std::atomic<Batcher*> batcher_{nullptr};
   std::atomic<std::size_t> max_call_ops_{0};  // the attached batcher's queue bound
 

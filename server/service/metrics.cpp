@@ -128,9 +128,40 @@ Metrics::Metrics(const std::string& address)
                             .Add({})),
       recovery_writes_(prometheus::BuildGauge()
                            .Name("gpukv_recovery_writes")
-                           .Help("Writes start-up replayed from the write-ahead log (while it runs: so far)")
+                           .Help("Writes start-up loaded from the snapshot and replayed from the write-ahead log (while it runs: so far)")
                            .Register(*registry_)
                            .Add({})),
+      snapshots_(prometheus::BuildCounter()
+                     .Name("gpukv_snapshots_total")
+                     .Help("Snapshots of the table written to the data directory, by result (ok, failed)")
+                     .Register(*registry_)),
+      snapshots_ok_(snapshots_.Add({{"result", "ok"}})),
+      snapshots_failed_(snapshots_.Add({{"result", "failed"}})),
+      snapshot_seconds_(prometheus::BuildHistogram()
+                            .Name("gpukv_snapshot_seconds")
+                            .Help("Time one snapshot took, from its log segment to its file made durable")
+                            .Register(*registry_)
+                            .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600})),
+      snapshot_bytes_(prometheus::BuildGauge()
+                          .Name("gpukv_snapshot_bytes")
+                          .Help("Size of the newest snapshot written")
+                          .Register(*registry_)
+                          .Add({})),
+      snapshot_items_(prometheus::BuildGauge()
+                          .Name("gpukv_snapshot_items")
+                          .Help("Items in the newest snapshot written")
+                          .Register(*registry_)
+                          .Add({})),
+      snapshot_last_success_(prometheus::BuildGauge()
+                                 .Name("gpukv_snapshot_last_success_timestamp_seconds")
+                                 .Help("Unix time of the newest snapshot written (before the first: when the server started)")
+                                 .Register(*registry_)
+                                 .Add({})),
+      snapshot_interval_(prometheus::BuildGauge()
+                             .Name("gpukv_snapshot_interval_seconds")
+                             .Help("How often snapshots are taken (--snapshot_interval; 0: not on a schedule)")
+                             .Register(*registry_)
+                             .Add({})),
       exposer_(std::make_unique<prometheus::Exposer>(address)) {
   exposer_->RegisterCollectable(registry_);
 }
@@ -188,6 +219,23 @@ void Metrics::on_wal_sync(double seconds) { wal_fsync_.Observe(seconds); }
 void Metrics::on_recovery(double seconds, std::uint64_t writes) {
   recovery_seconds_.Set(seconds);
   recovery_writes_.Set(static_cast<double>(writes));
+}
+
+void Metrics::on_snapshot_schedule(double interval_seconds) {
+  snapshot_interval_.Set(interval_seconds);
+  snapshot_last_success_.SetToCurrentTime();
+}
+
+void Metrics::on_snapshot(bool ok, double seconds, std::uint64_t bytes, std::uint64_t items) {
+  snapshot_seconds_.Observe(seconds);
+  if (!ok) {
+    snapshots_failed_.Increment();
+    return;
+  }
+  snapshots_ok_.Increment();
+  snapshot_bytes_.Set(static_cast<double>(bytes));
+  snapshot_items_.Set(static_cast<double>(items));
+  snapshot_last_success_.SetToCurrentTime();
 }
 
 void Metrics::on_batch(const BatchReport& report, std::size_t queued_ops) {

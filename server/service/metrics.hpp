@@ -34,6 +34,10 @@ class Metrics {
   void on_wal_failure();
   void on_wal_sync(double seconds);
   void on_recovery(double seconds, std::uint64_t writes);
+  // Snapshots (any thread): the interval they are taken at (0: none on schedule), set once at start with the
+  // time the count towards the next starts from; and each one taken (ok) or failed.
+  void on_snapshot_schedule(double interval_seconds);
+  void on_snapshot(bool ok, double seconds, std::uint64_t bytes, std::uint64_t items);
   // After each batch: the batch's figures and the table's state after it (report.table). on_table: the
   // table's state alone (at start). Called from one thread at a time.
   void on_batch(const BatchReport& report, std::size_t queued_ops);
@@ -47,7 +51,8 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& requests_;
   // requests_'s counters, found once per method and status: Family::Add builds a label map and takes the
   // family's lock, and on_request runs for every call.
-  static constexpr std::array<const char*, 8> kMethods{"Get", "Put", "Delete", "BatchGet", "BatchPut", "BatchDelete", "Stream", "Stats"};
+  static constexpr std::array<const char*, 9> kMethods{"Get", "Put", "Delete", "BatchGet", "BatchPut", "BatchDelete", "Stream", "Stats",
+                                                         "Snapshot"};
   std::array<std::array<std::atomic<prometheus::Counter*>, kStatusNames>, kMethods.size()> request_counters_{};
   prometheus::Family<prometheus::Counter>& operations_;
   prometheus::Counter& batches_;
@@ -78,6 +83,14 @@ class Metrics {
   prometheus::Histogram& wal_fsync_;
   prometheus::Gauge& recovery_seconds_;
   prometheus::Gauge& recovery_writes_;
+  prometheus::Family<prometheus::Counter>& snapshots_;
+  prometheus::Counter& snapshots_ok_;
+  prometheus::Counter& snapshots_failed_;
+  prometheus::Histogram& snapshot_seconds_;
+  prometheus::Gauge& snapshot_bytes_;
+  prometheus::Gauge& snapshot_items_;
+  prometheus::Gauge& snapshot_last_success_;
+  prometheus::Gauge& snapshot_interval_;
   TableStats last_{};  // as of the previous on_table
   std::unique_ptr<prometheus::Exposer> exposer_;
 };

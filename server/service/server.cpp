@@ -44,6 +44,17 @@ Server::Server(const ServerOptions& options) : options_(options) {
       options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count),
       [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); },
       [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); });
+  if (!options_.durability.data_dir.empty()) {
+    // Set before serving; the data directory is ready only once it is loaded.
+    service_->set_snapshotter([this](KvService::SnapshotDone done) {
+      persistence::Durability* d = durability_ready_.load();
+      if (d == nullptr) {
+        done(persistence::SnapshotResult{"the server is still loading its data directory", {}, 0, 0, 0});
+      } else {
+        d->request_snapshot(std::move(done));
+      }
+    });
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -68,13 +79,32 @@ Server::Server(const ServerOptions& options) : options_(options) {
                                          [m](double seconds) { m->on_wal_sync(seconds); },
                                          [m](std::uint64_t writes, std::uint64_t bytes, double seconds) {
                                            m->on_recovery(seconds, writes);
-                                           spdlog::info("replaying the log: {} writes, {:.2f} GB in {:.0f} s", writes, bytes / 1e9, seconds);
+                                           spdlog::info("loading: {} writes, {:.2f} GB in {:.0f} s", writes, bytes / 1e9, seconds);
+                                         },
+                                         [m](const persistence::SnapshotResult& r) {
+                                           m->on_snapshot(r.error.empty(), r.seconds, r.bytes, r.items);
+                                           if (r.error.empty()) {
+                                             spdlog::info("snapshot {}: {} items, {:.3f} GB in {:.2f} s", r.path.string(), r.items,
+                                                          r.bytes / 1e9, r.seconds);
+                                           } else {
+                                             spdlog::error("snapshot failed after {:.2f} s: {}", r.seconds, r.error);
+                                           }
                                          }});
     const persistence::Recovery& r = durability_->recovery();
-    metrics_->on_recovery(r.took.count(), r.writes);
-    spdlog::info("recovered {} writes from {} log records in {} segments in {:.3f} s", r.writes, r.log.records, r.log.segments, r.took.count());
+    metrics_->on_recovery(r.took.count(), r.snapshot.items + r.writes);
+    metrics_->on_snapshot_schedule(static_cast<double>(options_.durability.snapshot_interval.count()));
+    if (!r.snapshot.path.empty()) {
+      spdlog::info("loaded {} items from {} ({:.3f} GB)", r.snapshot.items, r.snapshot.path.string(), r.snapshot.bytes / 1e9);
+    }
+    spdlog::info("recovered {} writes from {} log records in {} segments; loading took {:.3f} s", r.writes, r.log.records,
+                 r.log.segments, r.took.count());
     if (!r.log.torn.empty()) spdlog::warn("dropped a torn last log record (a write cut short, never acknowledged): {}", r.log.torn);
+    for (const std::string& lost : r.snapshot.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its items lost: {}", lost);
     for (const std::string& lost : r.log.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its writes lost: {}", lost);
+    if (options_.durability.wal == persistence::WalMode::kOff) {
+      spdlog::warn("--data_dir without --wal: a restart keeps the newest snapshot; writes since it are lost if the server is killed");
+    }
+    durability_ready_ = durability_.get();
     log.encode = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status, std::string* record) {
       d->encode_batch(in, status, record);
     };
@@ -108,6 +138,12 @@ void Server::shutdown(std::chrono::milliseconds grace) {
   batcher_->drain();    // queued calls run to completion
   grpc_->Shutdown(std::chrono::system_clock::now() + grace);
   grpc_->Wait();
+  if (durability_) {
+    // After the last call: a restart loads this and nothing of the log (without --wal, the only way the
+    // writes since the last scheduled snapshot are kept).
+    spdlog::info("taking the shutdown snapshot");
+    static_cast<void>(durability_->snapshot());
+  }
   spdlog::info("stopped");
 }
 

@@ -5,11 +5,12 @@
 // (a large table takes a while to allocate) and the data directory, if any, is replayed into it; then the
 // service is attached and health turns SERVING.
 // Shutdown: health NOT_SERVING, new calls UNAVAILABLE, every queued call finished, then gRPC shuts down
-// with a deadline for whatever is still in flight.
+// with a deadline for whatever is still in flight; with a data directory, a last snapshot is taken.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -55,6 +56,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<Table> table_;
   std::unique_ptr<persistence::Durability> durability_;  // after the table, before the batcher that logs to it
+  std::atomic<persistence::Durability*> durability_ready_{nullptr};  // for the Snapshot call, once loaded
   std::unique_ptr<Batcher> batcher_;
   int port_ = 0;
   bool stopped_ = false;

@@ -46,9 +46,12 @@ class Server:
         self.proc = subprocess.Popen(
             [SERVER, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu", "--log_level=warn", *flags],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        line = self.proc.stdout.readline()
-        match = re.search(r"listening on port (\d+), metrics on port (\d+)", line)
-        assert match, f"server did not start: {line!r}"
+        # Warnings logged while it starts come first.
+        lines = []
+        while not lines or (not lines[-1].startswith("gpukv-server listening") and lines[-1]):
+            lines.append(self.proc.stdout.readline())
+        match = re.search(r"listening on port (\d+), metrics on port (\d+)", lines[-1])
+        assert match, f"server did not start: {''.join(lines)!r}"
         self.port, self.metrics_port = int(match.group(1)), int(match.group(2))
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = kv_pb2_grpc.KeyValueStub(self.channel)

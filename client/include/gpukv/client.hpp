@@ -58,6 +58,9 @@ class Client {
   std::unique_ptr<Stream> stream(const StreamOptions& options = {});
 
   grpc::Status stats(v1::StatsResponse* stats);
+  // Asks the server for a snapshot of its table and waits until it is durable, for at most `timeout` (a large
+  // table takes minutes to write). Not retried: a second call would take a second snapshot.
+  grpc::Status snapshot(v1::SnapshotResponse* snapshot, std::chrono::milliseconds timeout);
   // grpc.health.v1 Check of the gpukv service: serving is true when the server answers SERVING.
   grpc::Status health(bool* serving);
 
