@@ -186,8 +186,11 @@ int env_int(const char* name, int fallback) {
 
 // Both log policies: with everysec, writes reach the kernel before they are acknowledged and only a machine
 // crash (not a killed process) can lose the last second of them, so the promise under kill -9 is the same.
+// batch_snapshots also asks for snapshots back to back while the clients run, so that kills land during a
+// snapshot's scan, between its file and the removal of the log it supersedes, and after it, and restarts load
+// a snapshot and the log after it.
 class DurabilityKillTest : public testing::TestWithParam<const char*> {};
-INSTANTIATE_TEST_SUITE_P(Wal, DurabilityKillTest, testing::Values("batch", "everysec"),
+INSTANTIATE_TEST_SUITE_P(Wal, DurabilityKillTest, testing::Values("batch", "everysec", "batch_snapshots"),
                          [](const testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_P(DurabilityKillTest, EveryAcknowledgedWriteSurvivesKill9) {
@@ -197,10 +200,14 @@ TEST_P(DurabilityKillTest, EveryAcknowledgedWriteSurvivesKill9) {
   std::filesystem::create_directories(dir);
   const char* binary = std::getenv("GPUKV_SERVER");
   const char* backend = std::getenv("GPUKV_TEST_BACKEND");
+  const std::string param = GetParam();
+  const std::string wal = param.substr(0, param.find('_'));
+  const bool snapshots = param.find("snapshots") != std::string::npos;
   test::ServerProcess server(binary != nullptr ? binary : GPUKV_SERVER_BINARY,
                              {std::string("--backend=") + (backend != nullptr ? backend : "cpu"), "--capacity=20000",
                               "--key_width=16", "--value_width=32", "--cpu_threads=1", "--max_queue_delay=100",
-                              "--log_level=warn", "--data_dir=" + (dir / "data").string(), std::string("--wal=") + GetParam()},
+                              "--log_level=warn", "--data_dir=" + (dir / "data").string(),
+                              "--wal=" + wal, "--snapshot_interval=0"},
                              (dir / "server.log").string());
   std::vector<std::unique_ptr<DurableModelClient>> clients;
   for (int c = 0; c < kClients; ++c) clients.push_back(std::make_unique<DurableModelClient>(c, server.target(), 20261124 + c));
@@ -208,15 +215,29 @@ TEST_P(DurabilityKillTest, EveryAcknowledgedWriteSurvivesKill9) {
   const int rounds = env_int("GPUKV_KILL_ROUNDS", 5);
   std::mt19937 rng(7);
   std::uint64_t acknowledged = 0, cut_off = 0;
+  int total_snapshots = 0;
   for (int round = 0; round < rounds && !HasFailure(); ++round) {
     std::atomic<bool> stop{false};
     std::vector<std::thread> threads;
     for (auto& c : clients) threads.emplace_back([&, client = c.get()] { client->run(stop); });
+    std::atomic<int> snapshots_taken{0};
+    if (snapshots) {
+      threads.emplace_back([&] {
+        client::ClientOptions o;
+        o.target = server.target();
+        client::Client admin(o);
+        while (!stop.load()) {
+          v1::SnapshotResponse r;
+          if (admin.snapshot(&r, 10s).ok()) ++snapshots_taken;
+        }
+      });
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 500));  // a random kill point
     const int status = server.kill(SIGKILL);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "round " << round;
     stop.store(true);
     for (auto& t : threads) t.join();
+    total_snapshots += snapshots_taken;
 
     server.restart();
     for (auto& c : clients) {
@@ -231,8 +252,9 @@ TEST_P(DurabilityKillTest, EveryAcknowledgedWriteSurvivesKill9) {
     cut_off += c->cut_off();
   }
   EXPECT_GT(acknowledged, 1000u) << "the load acknowledged too few writes to test anything";
-  std::printf("%d kill rounds: %llu writes acknowledged, %llu cut off by the kills\n", rounds,
-              static_cast<unsigned long long>(acknowledged), static_cast<unsigned long long>(cut_off));
+  if (snapshots) EXPECT_GE(total_snapshots, rounds) << "too few snapshots were taken to test them";
+  std::printf("%d kill rounds: %llu writes acknowledged, %llu cut off by the kills, %d snapshots\n", rounds,
+              static_cast<unsigned long long>(acknowledged), static_cast<unsigned long long>(cut_off), total_snapshots);
   if (HasFailure()) std::printf("--- server log:\n%s\n", server.log().c_str());
   server.kill(SIGKILL);
   std::filesystem::remove_all(dir);
