@@ -56,7 +56,8 @@ def test_every_alert_has_a_unit_test_that_sees_it_fire():
     quiet = {case["alertname"] for t in tests for case in t["alert_rule_test"] if not case["exp_alerts"]}
     names = {r["alert"] for r in alert_rules()}
     assert names == {"GpukvServerDown", "GpukvQueueSaturated", "GpukvTableNearFull", "GpukvTableFull",
-                     "GpukvHostTierSpilling", "GpukvErrorRatioHigh", "GpukvWalFsyncSlow", "GpukvWalFailing"}
+                     "GpukvHostTierSpilling", "GpukvErrorRatioHigh", "GpukvWalFsyncSlow", "GpukvWalFailing",
+                     "GpukvSnapshotMissing"}
     assert names <= firing, f"alerts never seen firing in a test: {names - firing}"
     assert names <= quiet, f"alerts never seen quiet in a test: {names - quiet}"
 
