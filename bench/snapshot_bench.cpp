@@ -155,8 +155,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "snapshot failed: %s\n", snap.error.c_str());
     return 1;
   }
-  std::printf("RESULT snapshot items=%llu bytes=%llu seconds=%.3f GBps=%.3f\n", static_cast<unsigned long long>(snap.items),
-              static_cast<unsigned long long>(snap.bytes), snap.seconds, snap.bytes / snap.seconds / 1e9);
+  std::printf("RESULT snapshot items=%llu bytes=%llu seconds=%.3f GBps=%.3f table_s=%.3f encode_s=%.3f write_s=%.3f sync_s=%.3f\n",
+              static_cast<unsigned long long>(snap.items), static_cast<unsigned long long>(snap.bytes), snap.seconds,
+              snap.bytes / snap.seconds / 1e9, snap.table_seconds, snap.encode_seconds, snap.write_seconds, snap.sync_seconds);
   std::printf("RESULT serving get_Mops_before=%.2f get_Mops_during_snapshot=%.2f\n", gets_before / before_seconds / 1e6,
               gets_during / during_seconds / 1e6);
   if (snap.items != items) {

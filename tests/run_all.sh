@@ -8,7 +8,7 @@
 #                Prometheus configuration, alert rules and their unit tests, the Grafana dashboard's queries, and
 #                the server scraped by a real Prometheus.
 #   build-tsan/  the CPU backend and the batcher under ThreadSanitizer: the concurrency stress, the batcher's
-#                tests, shortened model tests, the write-ahead log's files, and the many-client model test over gRPC (Debian's gRPC is not
+#                tests, shortened model tests, the write-ahead log's files and snapshots, and the many-client model test over gRPC (Debian's gRPC is not
 #                instrumented: see tests/tsan-suppressions.txt and the end of CMakeLists.txt).
 # GPUKV_IMAGE_TEST=1 adds the slow image test (tests/deploy/image_test.sh: builds docker/Dockerfile with buildah
 # and runs the image; needs root). GPUKV_LONG=1 runs the long suite: 25 kill -9 rounds of the durability test
@@ -52,7 +52,7 @@ cmake -S "$root" -B "$root/build-tsan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=
 cmake --build "$root/build-tsan" -j"$jobs" --target table_test server_test service_model_test persistence_test
 echo "== tests: ThreadSanitizer"
 GPUKV_TEST_SCALE=0.2 TSAN_OPTIONS="halt_on_error=1 abort_on_error=0" \
-  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress|Batcher|DecideBatch|LogDir|BatchRecord'
+  ctest --test-dir "$root/build-tsan" --output-on-failure -j"$jobs" -R 'cpu|Stress|Batcher|DecideBatch|LogDir|BatchRecord|SnapshotDir'
 # The gRPC test alone gets the suppressions for gRPC's own reports. The uninstrumented libraries it links
 # are ignored as a whole; called_from_lib needs each one's exact name, so the list is made from the binary.
 supp="$root/build-tsan/tsan-suppressions.txt"

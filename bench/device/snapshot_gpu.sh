@@ -3,7 +3,7 @@
 # GPU cases, which read the table out in ranges; the kill -9 test on a GPU server with each log setting and
 # with snapshots back to back), then the snapshot and load of 100 M items (16 B keys, 128 B values) beside
 # the disk's own sequential write and read rates, measured with dd on the same directory in the same run.
-# Logs to $OUT.
+# Logs to $OUT. SKIP_TESTS=1 runs the disk and the benchmark alone; REPEATS=N runs the benchmark N times.
 set -uo pipefail
 bundle=.device/bundle
 [[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
@@ -17,6 +17,7 @@ date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$log"
 nproc | tee -a "$log"
 status=0
 
+if [[ ${SKIP_TESTS:-0} != 1 ]]; then
 echo "== table_test (GPU cases)" | tee -a "$log"
 "$bundle/bin/table_test" --gtest_filter='*gpu*:*Gpu*' >"$out/table_test.log" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED) |FAILED TEST|tests? from .* ran" "$out/table_test.log" | tail -12 | tee -a "$log"
@@ -24,6 +25,7 @@ echo "== durability_test on the GPU backend" | tee -a "$log"
 GPUKV_TEST_BACKEND=gpu GPUKV_SERVER=$bundle/bin/gpukv-server GPUKV_KILL_ROUNDS=${KILL_ROUNDS:-5} \
   "$bundle/bin/durability_test" --gtest_filter='Wal/*' >"$out/durability_test.log" 2>&1 || status=1
 grep -E "kill rounds|^\[  (PASSED|FAILED|  OK) |FAILED TEST" "$out/durability_test.log" | tee -a "$log"
+fi
 
 echo "== the disk" | tee -a "$log"
 rm -rf "$data" && mkdir -p "$data"
@@ -33,6 +35,8 @@ dd if=/dev/zero of="$data/dd.bin" bs=16M count=900 oflag=direct conv=fsync 2>&1 
 dd if="$data/dd.bin" of=/dev/null bs=16M iflag=direct 2>&1 | tail -1 | sed 's/^/DD read: /' | tee -a "$log"
 rm -f "$data/dd.bin"
 echo "== snapshot_bench" | tee -a "$log"
-"$bundle/bin/snapshot_bench" --dir="$data/bench" --items="${ITEMS:-100000000}" --value_width=128 --backend=gpu 2>&1 | tee -a "$log" || status=1
+for _ in $(seq "${REPEATS:-1}"); do
+  "$bundle/bin/snapshot_bench" --dir="$data/bench" --items="${ITEMS:-100000000}" --value_width=128 --backend=gpu 2>&1 | tee -a "$log" || status=1
+done
 rm -rf "$data"
 exit $status

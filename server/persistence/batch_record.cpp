@@ -50,31 +50,31 @@ std::uint8_t* pack_keys(const BatchIn& in, const std::uint8_t* status, std::uint
 
 }  // namespace
 
-std::size_t encode_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
-                          std::string& out) {
-  // Two passes over the rows for the sizes and the small columns, then the keys and the values, each into
-  // memory sized once; keys (and values up to 64 bytes wide) are copied whole and the cursor advanced by
-  // their length, so that no copy is a call (byte-at-a-time appends cost 45 ns a write, wal_bench).
-  std::size_t count = 0, puts = 0, key_bytes = 0, value_bytes = 0;
+EncodedSize measure_writes(const BatchIn& in, const std::uint8_t* status) {
+  EncodedSize size;
   for (std::size_t i = 0; i < in.size; ++i) {
     const std::uint8_t kind = logged_kind(in.ops[i], status[i]);
-    count += kind != 0;
-    key_bytes += kind != 0 ? in.key_lens[i] : 0;
-    puts += kind == kPut;
-    value_bytes += kind == kPut ? in.value_lens[i] : 0;
+    size.count += kind != 0;
+    size.key_bytes += kind != 0 ? in.key_lens[i] : 0;
+    size.puts += kind == kPut;
+    size.value_bytes += kind == kPut ? in.value_lens[i] : 0;
   }
-  if (count == 0) return 0;
-  const std::size_t start = out.size();
-  const std::size_t size = 8 + 2 * count + 4 * puts + key_bytes + value_bytes;
-  out.resize(start + size + key_width + value_stride);  // slack for the last whole-width copies
-  auto* kinds = reinterpret_cast<std::uint8_t*>(out.data() + start);
-  store_u32(kinds, static_cast<std::uint32_t>(count));
-  store_u32(kinds + 4, static_cast<std::uint32_t>(puts));
+  return size;
+}
+
+void pack_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
+                 const EncodedSize& size, std::uint8_t* to) {
+  // The small columns in one pass over the rows, then the keys and the values; keys (and values up to 64
+  // bytes wide) are copied whole and the cursor advanced by their length, so that no copy is a call
+  // (byte-at-a-time appends cost 45 ns a write, wal_bench).
+  std::uint8_t* kinds = to;
+  store_u32(kinds, static_cast<std::uint32_t>(size.count));
+  store_u32(kinds + 4, static_cast<std::uint32_t>(size.puts));
   kinds += 8;
-  std::uint8_t* lengths = kinds + count;
-  std::uint8_t* value_lengths = lengths + count;
-  std::uint8_t* keys = value_lengths + 4 * puts;
-  std::uint8_t* value = keys + key_bytes;
+  std::uint8_t* lengths = kinds + size.count;
+  std::uint8_t* value_lengths = lengths + size.count;
+  std::uint8_t* keys = value_lengths + 4 * size.puts;
+  std::uint8_t* value = keys + size.key_bytes;
   for (std::size_t i = 0; i < in.size; ++i) {
     const std::uint8_t kind = logged_kind(in.ops[i], status[i]);
     if (kind == 0) continue;
@@ -108,8 +108,17 @@ std::size_t encode_writes(const BatchIn& in, const std::uint8_t* status, std::ui
     }
     value += in.value_lens[i];
   }
-  out.resize(start + size);
-  return count;
+}
+
+std::size_t encode_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
+                          std::string& out) {
+  const EncodedSize size = measure_writes(in, status);
+  if (size.count == 0) return 0;
+  const std::size_t start = out.size();
+  out.resize(start + size.bytes() + pack_slack(key_width, value_stride));
+  pack_writes(in, status, key_width, value_stride, size, reinterpret_cast<std::uint8_t*>(out.data() + start));
+  out.resize(start + size.bytes());
+  return size.count;
 }
 
 std::string decode_writes(std::string_view payload, std::uint32_t key_width, std::uint32_t value_width, DecodedWrites* out) {

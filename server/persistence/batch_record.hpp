@@ -24,6 +24,18 @@ namespace gpukv::server::persistence {
 std::size_t encode_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
                           std::string& out);
 
+// encode_writes in two steps, for a caller that owns the memory (a snapshot's blocks, aligned for direct
+// I/O): the payload's size, then the payload written at `to`, which needs size.bytes() plus pack_slack()
+// bytes of room (keys and narrow values are copied whole, past their lengths).
+struct EncodedSize {
+  std::size_t count = 0, puts = 0, key_bytes = 0, value_bytes = 0;
+  std::size_t bytes() const { return 8 + 2 * count + 4 * puts + key_bytes + value_bytes; }
+};
+EncodedSize measure_writes(const BatchIn& in, const std::uint8_t* status);
+constexpr std::size_t pack_slack(std::uint32_t key_width, std::uint32_t value_stride) { return key_width + value_stride; }
+void pack_writes(const BatchIn& in, const std::uint8_t* status, std::uint32_t key_width, std::uint32_t value_stride,
+                 const EncodedSize& size, std::uint8_t* to);
+
 // A payload's writes, pointing into the payload.
 struct DecodedWrites {
   std::size_t count = 0;

@@ -8,8 +8,8 @@
 // every snapshot_interval, on request (request_snapshot, the admin RPC) and at shutdown (snapshot()):
 //   1. the log moves to a new segment, which starts at sequence number S;
 //   2. the table is read out a range of slots at a time (Table::export_items), with clean-up held, while
-//      batches keep running between the ranges; each range is copied out of the GPU into one of two pinned
-//      buffers while the other's items are encoded and written;
+//      batches keep running between the ranges; each range is copied out of the GPU into a pinned buffer and
+//      encoded into a block while the block before it is written (direct I/O, snapshot_file.hpp);
 //   3. the file is made durable under its name, snapshot-S.snap; then older snapshots and the segments
 //      before S are removed.
 // A key no batch touched during the scan is read once, with its value. A key a batch wrote or deleted during
@@ -66,6 +66,13 @@ struct SnapshotResult {
   std::uint64_t items = 0;
   std::uint64_t bytes = 0;
   double seconds = 0;
+  // Where the time went: reading ranges out of the table (batches wait meanwhile), encoding them into
+  // blocks, writing the blocks (on a thread of its own, overlapped with the reading and encoding of the
+  // next), and the final fsync.
+  double table_seconds = 0;
+  double encode_seconds = 0;
+  double write_seconds = 0;
+  double sync_seconds = 0;
 };
 
 // Observers for metrics and logs (each may be empty): bytes appended, an append that failed, an fdatasync's

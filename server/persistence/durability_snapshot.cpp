@@ -11,8 +11,8 @@ namespace gpukv::server::persistence {
 namespace {
 
 // Bytes of items one range of the scan copies out: a range runs between batches, as a batch does, so it is
-// kept short (about a millisecond of copying from the GPU), and two such buffers are what a snapshot holds in
-// host memory.
+// kept short (about a millisecond of copying from the GPU). A snapshot holds one such buffer and two blocks
+// of about the same size in host memory.
 constexpr std::uint64_t kRangeBytes = 16 << 20;
 
 // One range's items in host memory (pinned on the GPU backend, so the copy out runs at full speed).
@@ -83,7 +83,8 @@ void Durability::snapshot_loop() {
     lock.lock();
     due = std::chrono::steady_clock::now() + interval;
   }
-  const SnapshotResult stopped{"the server is stopping", {}, 0, 0, 0};
+  SnapshotResult stopped;
+  stopped.error = "the server is stopping";
   for (const auto& done : requests_) done(stopped);
 }
 
@@ -112,26 +113,25 @@ SnapshotResult Durability::take_snapshot() {
     return finish(e.what());
   }
   const CleanupHold hold(table_);
-  const std::uint64_t row_bytes = config.key_width + 1 + table_.value_stride() + 4;
+  const std::uint32_t stride = table_.value_stride();
+  const std::uint64_t row_bytes = config.key_width + 1 + stride + 4;
   const std::uint64_t slots = table_.slot_count();
   const std::uint64_t range = std::min(slots, std::max<std::uint64_t>(1024, kRangeBytes / row_bytes));
-  std::unique_ptr<ItemBuffer> buffers[2];
+  std::unique_ptr<ItemBuffer> items;
+  BlockBuffer blocks[2];
   try {
-    buffers[0] = std::make_unique<ItemBuffer>(table_, range);
-    buffers[1] = std::make_unique<ItemBuffer>(table_, range);
+    items = std::make_unique<ItemBuffer>(table_, range);
   } catch (const std::exception& e) {
     return finish(std::string("no memory for the snapshot's buffers: ") + e.what());
   }
   // A block is a batch record of PUTs: the same kind and status on every row.
   const std::vector<std::uint8_t> puts(range, static_cast<std::uint8_t>(OpKind::kPut));
   const std::vector<std::uint8_t> stored(range, static_cast<std::uint8_t>(OpStatus::kOk));
-  const auto write_block = [&](const ItemColumns& items, std::size_t n) {
-    std::string payload;
-    encode_writes(BatchIn{n, puts.data(), items.keys, items.key_lens, items.values, items.value_lens}, stored.data(),
-                  config.key_width, table_.value_stride(), payload);
-    return writer->add_block(payload, n);
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  // Range k is copied out of the table into one buffer while range k - 1 is encoded and written from the other.
+  // Range k is read out of the table and encoded into one block buffer while block k - 1 is written from the
+  // other.
   std::future<std::string> writing;
   std::string error;
   int next = 0;
@@ -140,25 +140,47 @@ SnapshotResult Durability::take_snapshot() {
       error = "the server is stopping";
       break;
     }
-    const ItemColumns& items = buffers[next]->columns();
+    const ItemColumns& c = items->columns();
     std::size_t n = 0;
+    auto begin = std::chrono::steady_clock::now();
     try {
-      n = table_.export_items(from, range, items);
+      n = table_.export_items(from, range, c);
     } catch (const std::exception& e) {
       error = std::string("reading the table out: ") + e.what();
       break;
     }
-    if (writing.valid()) error = writing.get();
-    if (n != 0 && error.empty()) {
-      writing = std::async(std::launch::async, write_block, std::cref(items), n);
-      next ^= 1;
+    result.table_seconds += since(begin);
+    if (n == 0) continue;
+    begin = std::chrono::steady_clock::now();
+    const BatchIn in{n, puts.data(), c.keys, c.key_lens, c.values, c.value_lens};
+    const EncodedSize size = measure_writes(in, stored.data());
+    std::uint8_t* block = nullptr;
+    try {
+      block = blocks[next].reserve(SnapshotWriter::block_room(size.bytes(), pack_slack(config.key_width, stride)));
+    } catch (const std::bad_alloc&) {
+      error = "no memory for a block of " + std::to_string(size.bytes()) + " bytes";
+      break;
     }
+    pack_writes(in, stored.data(), config.key_width, stride, size, block + SnapshotWriter::kPayloadOffset);
+    const SnapshotWriter::Sealed sealed = writer->seal_block(block, size.bytes(), n);
+    result.encode_seconds += since(begin);
+    if (writing.valid()) error = writing.get();
+    if (!error.empty()) break;
+    writing = std::async(std::launch::async, [&, sealed] {
+      const auto start = std::chrono::steady_clock::now();
+      std::string e = writer->write_block(sealed);
+      result.write_seconds += since(start);  // one write at a time: the futures order these
+      return e;
+    });
+    next ^= 1;
   }
   if (writing.valid()) {
     std::string last = writing.get();
     if (error.empty()) error = std::move(last);
   }
+  const auto syncing = std::chrono::steady_clock::now();
   if (error.empty()) error = writer->finish();
+  result.sync_seconds = since(syncing);
   if (!error.empty()) return finish(error);
   result.path = writer->path();
   result.items = writer->items();

@@ -34,13 +34,23 @@ std::vector<SegmentFile> list_segments(const std::filesystem::path& dir) {
 }
 
 std::string encode_record(std::uint64_t seq, std::string_view payload) {
-  std::string r(kRecordHeaderBytes + payload.size() + kRecordTrailerBytes, '\0');
-  put_u32(r.data(), kRecordMagic);
-  put_u64(r.data() + 8, payload.size());
-  put_u64(r.data() + 16, seq);
-  std::memcpy(r.data() + kRecordHeaderBytes, payload.data(), payload.size());
-  put_u64(r.data() + kRecordHeaderBytes + payload.size(), XXH3_64bits(r.data() + 8, 16 + payload.size()));
+  std::string r;
+  r.reserve(kRecordHeaderBytes + payload.size() + kRecordTrailerBytes);
+  r.assign(kRecordHeaderBytes, '\0');
+  r.append(payload);
+  seal_record(seq, r);
   return r;
+}
+
+void seal_record(std::uint64_t seq, std::string& record) {
+  const std::size_t payload = record.size() - kRecordHeaderBytes;
+  put_u32(record.data(), kRecordMagic);
+  put_u32(record.data() + 4, 0);
+  put_u64(record.data() + 8, payload);
+  put_u64(record.data() + 16, seq);
+  char checksum[kRecordTrailerBytes];
+  put_u64(checksum, XXH3_64bits(record.data() + 8, 16 + payload));
+  record.append(checksum, kRecordTrailerBytes);
 }
 
 std::string sync_directory(const std::filesystem::path& dir) {

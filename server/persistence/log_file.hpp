@@ -49,6 +49,9 @@ std::filesystem::path segment_path(const std::filesystem::path& dir, std::uint64
 
 // Encodes one record, ready to write.
 std::string encode_record(std::uint64_t seq, std::string_view payload);
+// The same in place: `record` holds kRecordHeaderBytes of room, then the payload; fills the header and appends
+// the checksum (a large payload is not copied).
+void seal_record(std::uint64_t seq, std::string& record);
 
 enum class SyncPolicy {
   kEverySecond,  // records are written at once; a background thread fdatasyncs the segment once a second

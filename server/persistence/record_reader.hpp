@@ -2,9 +2,11 @@
 // and the snapshot's (a snapshot's blocks are records). Private to server/persistence.
 #pragma once
 
+#include <fcntl.h>
 #include <xxhash.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,9 +17,14 @@ namespace gpukv::server::persistence::io {
 
 // A segment's bytes through a large buffer: records are read in place, with no read or allocation per record
 // (which held replay to about 0.3 GB/s of log).
+//
+// The file is read ahead of the records: each chunk read asks the kernel for the chunks after it
+// (POSIX_FADV_WILLNEED starts their reads and returns), so that the disk reads while the caller applies what
+// it has. Read and applied in turn, a 15 GB snapshot loaded at 0.88 GB/s where the disk reads 1.5 GB/s
+// (bench/RESULTS.md, run 41).
 class SegmentReader {
  public:
-  SegmentReader(int fd, std::uint64_t size) : fd_(fd), size_(size) {}
+  SegmentReader(int fd, std::uint64_t size) : fd_(fd), size_(size) { ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL); }
   std::uint64_t size() const { return size_; }
   // The file's bytes [offset, offset + n), valid until the next call; empty (and `ok` false) past the end
   // or on a read error.
@@ -26,19 +33,28 @@ class SegmentReader {
     if (!*ok) return {};
     if (offset < start_ || offset + n > start_ + buffer_.size()) {
       const std::uint64_t take = std::min<std::uint64_t>(size_ - offset, std::max<std::uint64_t>(n, kChunk));
+      // Bytes of the wanted stretch the buffer holds already (its tail) move to the front and are not read
+      // again: a record that straddles the buffer's end is read once.
+      std::uint64_t kept = 0;
+      if (offset >= start_ && offset < start_ + buffer_.size()) {
+        kept = start_ + buffer_.size() - offset;
+        std::memmove(buffer_.data(), buffer_.data() + (offset - start_), kept);
+      }
       buffer_.resize(take);
       start_ = offset;
-      if (!read_at(fd_, offset, buffer_.data(), take)) {
+      if (!read_at(fd_, offset + kept, buffer_.data() + kept, take - kept)) {
         buffer_.clear();
         *ok = false;
         return {};
       }
+      ::posix_fadvise(fd_, static_cast<off_t>(offset + take), static_cast<off_t>(kReadAhead), POSIX_FADV_WILLNEED);
     }
     return std::string_view(buffer_).substr(offset - start_, n);
   }
 
  private:
   static constexpr std::uint64_t kChunk = 16 << 20;
+  static constexpr std::uint64_t kReadAhead = 4 * kChunk;
   const int fd_;
   const std::uint64_t size_;
   std::string buffer_;

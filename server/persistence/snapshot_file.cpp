@@ -7,6 +7,8 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <new>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -63,20 +65,50 @@ std::vector<SnapshotFile> list_snapshots(const std::filesystem::path& dir) {
   return files;
 }
 
+std::uint8_t* BlockBuffer::reserve(std::size_t bytes) {
+  if (bytes > capacity_) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kSnapshotAlign, align_snapshot(bytes)) != 0) throw std::bad_alloc();
+    data_.reset(static_cast<std::uint8_t*>(p));
+    capacity_ = align_snapshot(bytes);
+  }
+  return data_.get();
+}
+
+void BlockBuffer::Free::operator()(std::uint8_t* p) const { std::free(p); }
+
+namespace {
+
+// Writes all of `bytes` at `offset`. Direct I/O that the file system refuses (EINVAL) is turned off for the
+// file and the write made through the page cache.
+std::string pwrite_all(int fd, const std::uint8_t* bytes, std::size_t size, std::uint64_t offset, const std::filesystem::path& path) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, bytes, size, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL && (::fcntl(fd, F_GETFL) & O_DIRECT) != 0) {
+      if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_DIRECT) != 0) return errno_text("cannot write", path);
+      continue;
+    }
+    if (n < 0) return errno_text("cannot write", path);
+    bytes += n;
+    size -= static_cast<std::size_t>(n);
+    offset += static_cast<std::uint64_t>(n);
+  }
+  return {};
+}
+
+}  // namespace
+
 SnapshotWriter::SnapshotWriter(std::filesystem::path dir, LogShape shape, std::uint64_t log_start)
     : dir_(std::move(dir)),
       shape_(shape),
       log_start_(log_start),
       path_(snapshot_path(dir_, log_start)),
       temp_(path_.string() + ".tmp") {
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  fd_ = ::open(temp_.c_str(), flags | O_DIRECT, 0644);
+  if (fd_ < 0 && errno == EINVAL) fd_ = ::open(temp_.c_str(), flags, 0644);  // a file system without direct I/O
   if (fd_ < 0) throw std::runtime_error(errno_text("cannot create", temp_));
-  // Room for the header, written last: a header that reads whole describes a whole file.
-  if (std::string error = write_all(fd_, std::string(kSnapshotHeaderBytes, '\0'), temp_); !error.empty()) {
-    ::close(fd_);
-    ::unlink(temp_.c_str());
-    throw std::runtime_error(error);
-  }
 }
 
 SnapshotWriter::~SnapshotWriter() {
@@ -84,20 +116,38 @@ SnapshotWriter::~SnapshotWriter() {
   if (!finished_) ::unlink(temp_.c_str());
 }
 
-std::string SnapshotWriter::add_block(std::string_view payload, std::uint64_t items) {
-  const std::string record = encode_record(blocks_, payload);
-  if (std::string error = write_all(fd_, record, temp_); !error.empty()) return error;
+std::size_t SnapshotWriter::block_room(std::size_t payload_bytes, std::size_t slack) {
+  return align_snapshot(kPayloadOffset + payload_bytes + std::max(slack, kRecordTrailerBytes));
+}
+
+SnapshotWriter::Sealed SnapshotWriter::seal_block(std::uint8_t* block, std::size_t payload_bytes, std::uint64_t items) {
+  char* b = reinterpret_cast<char*>(block);
+  put_u32(b, kRecordMagic);
+  put_u32(b + 4, 0);
+  put_u64(b + 8, payload_bytes);
+  put_u64(b + 16, blocks_);
+  const std::size_t end = kRecordHeaderBytes + payload_bytes;
+  put_u64(b + end, XXH3_64bits(b + 8, 16 + payload_bytes));
+  const std::size_t bytes = align_snapshot(end + kRecordTrailerBytes);
+  std::memset(b + end + kRecordTrailerBytes, 0, bytes - end - kRecordTrailerBytes);
+  const Sealed sealed{block, bytes, bytes_};
   ++blocks_;
   items_ += items;
-  bytes_ += record.size();
-  return {};
+  bytes_ += bytes;
+  return sealed;
+}
+
+std::string SnapshotWriter::write_block(const Sealed& block) {
+  return pwrite_all(fd_, block.data, block.bytes, block.offset, temp_);
 }
 
 std::string SnapshotWriter::finish() {
-  const std::string header = encode_snapshot_header(shape_, log_start_, items_, blocks_);
-  if (::pwrite(fd_, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size())) {
-    return errno_text("cannot write the header of", temp_);
-  }
+  BlockBuffer buffer;
+  std::uint8_t* header = buffer.reserve(kSnapshotAlign);
+  std::memset(header, 0, kSnapshotAlign);
+  const std::string h = encode_snapshot_header(shape_, log_start_, items_, blocks_);
+  std::memcpy(header, h.data(), h.size());
+  if (std::string error = pwrite_all(fd_, header, kSnapshotAlign, 0, temp_); !error.empty()) return error;
   if (::fsync(fd_) != 0) return errno_text("cannot fsync", temp_);
   if (::close(std::exchange(fd_, -1)) != 0) return errno_text("cannot close", temp_);
   if (::rename(temp_.c_str(), path_.c_str()) != 0) return errno_text("cannot rename to", path_);
@@ -138,7 +188,7 @@ std::string read_snapshot(const SnapshotFile& file, LogShape shape, bool skip_co
   const std::uint64_t items = get_u64(header + 32), blocks = get_u64(header + 40);
 
   SegmentReader in(fd, size);
-  std::uint64_t offset = kSnapshotHeaderBytes, expected = 0, found_items = 0;
+  std::uint64_t offset = kSnapshotAlign, expected = 0, found_items = 0;
   const auto damaged = [&](const std::string& where) -> bool {
     if (!skip_corrupt) return false;
     load->skipped.push_back(where);
@@ -161,11 +211,14 @@ std::string read_snapshot(const SnapshotFile& file, LogShape shape, bool skip_co
     }
     found_items += r.payload.size() >= 4 ? get_u32(r.payload.data()) : 0;
     load->bytes += r.length;
-    offset += r.length;
+    offset = align_snapshot(offset + r.length);
     ++expected;
   }
   load->items = found_items;
-  if (expected != blocks || found_items != items) {
+  if (offset != size) {
+    const std::string where = name + " at offset " + std::to_string(size) + ": the file ends where no block does (it was cut short)";
+    if (!damaged(where)) return where;
+  } else if (expected != blocks || found_items != items) {
     const std::string where = name + " at offset " + std::to_string(size) + ": the file ends after " + std::to_string(expected) +
                               " blocks holding " + std::to_string(found_items) + " items, its header promises " +
                               std::to_string(blocks) + " blocks holding " + std::to_string(items);

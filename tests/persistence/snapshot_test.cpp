@@ -330,10 +330,10 @@ TEST_F(SnapshotDir, AFlippedByteStopsStartUnlessSkipCorruptWhichLosesOnlyThatBlo
   const fs::path file = list_snapshots(dir_).back().path;
   {
     std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(static_cast<std::streamoff>(kSnapshotHeaderBytes + 100));
+    f.seekp(static_cast<std::streamoff>(kSnapshotAlign + 100));
     char c = 0;
     f.read(&c, 1);
-    f.seekp(static_cast<std::streamoff>(kSnapshotHeaderBytes + 100));
+    f.seekp(static_cast<std::streamoff>(kSnapshotAlign + 100));
     c = static_cast<char>(c ^ 0x40);
     f.write(&c, 1);
   }
@@ -341,13 +341,13 @@ TEST_F(SnapshotDir, AFlippedByteStopsStartUnlessSkipCorruptWhichLosesOnlyThatBlo
     Shard shard(dir_, WalMode::kEveryBatch, kSlots);
     ADD_FAILURE() << "a damaged snapshot was accepted";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find(file.string() + " at offset 64: a record whose checksum does not match"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(file.string() + " at offset 4096: a record whose checksum does not match"), std::string::npos)
         << e.what();
   }
   Shard shard(dir_, WalMode::kEveryBatch, kSlots, 0, /*skip_corrupt=*/true);
   const std::vector<std::string>& skipped = shard.durability().recovery().snapshot.skipped;
   ASSERT_EQ(skipped.size(), 2u) << "the damaged block, and the item count it leaves short";
-  EXPECT_NE(skipped[0].find(file.string() + " at offset 64"), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[0].find(file.string() + " at offset 4096"), std::string::npos) << skipped[0];
   // The first block is lost; the blocks after it are loaded.
   EXPECT_GT(shard.table().stats().items, 0u);
   EXPECT_LT(shard.table().stats().items, model.size());
