@@ -4,7 +4,7 @@
 // batches on the table: their rate beside the rate before the snapshot is what serving pays for it.
 // Prints RESULT lines; the disk's own sequential rates come from dd in the same run (bench/device/snapshot_gpu.sh).
 // Usage: snapshot_bench [--dir=/tmp/gpukv-snapshot-bench] [--items=100000000] [--value_width=128]
-//   [--backend=gpu|cpu] [--load=0.9 (items / capacity)]
+//   [--backend=gpu|cpu] [--load=0.9 (items / capacity)] [--keep=1 (leave the snapshot in --dir)]
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -179,8 +179,10 @@ int main(int argc, char** argv) {
     recovery = durability.recovery();
   }
   const double load_seconds = seconds_since(load_start);
-  std::printf("RESULT load items=%llu bytes=%llu seconds=%.3f GBps=%.3f\n", static_cast<unsigned long long>(recovery.snapshot.items),
-              static_cast<unsigned long long>(recovery.snapshot.bytes), load_seconds, recovery.snapshot.bytes / load_seconds / 1e9);
+  std::printf("RESULT load items=%llu bytes=%llu seconds=%.3f GBps=%.3f apply_s=%.3f table_s=%.3f read_waited_s=%.3f\n",
+              static_cast<unsigned long long>(recovery.snapshot.items), static_cast<unsigned long long>(recovery.snapshot.bytes),
+              load_seconds, recovery.snapshot.bytes / load_seconds / 1e9, recovery.apply_seconds, recovery.table_seconds,
+              recovery.read_waited_seconds);
   // Every item back: a sample read and compared.
   Batch b(*table, 10000);
   std::uint64_t wrong = 0;
@@ -195,6 +197,6 @@ int main(int argc, char** argv) {
   }
   std::printf("RESULT check items=%llu sampled_wrong=%llu\n", static_cast<unsigned long long>(table->stats().items + table->stats().host.items),
               static_cast<unsigned long long>(wrong));
-  std::filesystem::remove_all(dir);
+  if (flag(argc, argv, "keep", "0") != std::string("1")) std::filesystem::remove_all(dir);
   return wrong == 0 && recovery.snapshot.items == items ? 0 : 1;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "apply_thread.hpp"
 #include "batch_record.hpp"
 
 namespace gpukv::server::persistence {
@@ -83,7 +84,9 @@ class Replayer {
   // Runs the rows added since the last batch.
   std::string flush() {
     if (pending_ == 0) return {};
+    const auto start = std::chrono::steady_clock::now();
     table_.execute(BatchIn{pending_, ops_, keys_, key_lens_, values_, value_lens_}, BatchOut{status_, nullptr, nullptr});
+    table_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (std::size_t i = 0; i < pending_; ++i) {
       const auto s = static_cast<OpStatus>(status_[i]);
       if (ops_[i] == static_cast<std::uint8_t>(OpKind::kPut) && s != OpStatus::kOk) {
@@ -96,6 +99,8 @@ class Replayer {
     return {};
   }
 
+  double table_seconds() const { return table_seconds_; }
+
  private:
   Table& table_;
   const std::size_t rows_;
@@ -104,6 +109,7 @@ class Replayer {
   std::uint8_t *ops_, *key_lens_, *status_, *keys_, *values_;
   std::uint32_t* value_lens_;
   std::size_t pending_ = 0;
+  double table_seconds_ = 0;
 };
 
 }  // namespace
@@ -144,38 +150,44 @@ Durability::Durability(const DurabilityOptions& options, Table& table, Durabilit
   Replayer replayer(table);
   auto reported = start;
   std::uint64_t loaded = 0, bytes = 0;  // writes handed to the table and file bytes read, snapshot and log
-  // Decodes one payload (a snapshot block or a log record) into the replayer.
-  const auto load = [&](std::string_view payload, std::uint64_t framed_bytes) -> std::string {
+  // Decodes one payload (a snapshot block or a log record) into the replayer, on the applying thread.
+  ApplyThread applier([&](std::string_view payload) -> std::string {
     DecodedWrites writes;
     if (std::string bad = decode_writes(payload, shape.key_width, shape.value_width, &writes); !bad.empty()) return bad;
     loaded += writes.count;
-    bytes += framed_bytes;
+    bytes += payload.size() + kRecordHeaderBytes + kRecordTrailerBytes;
     if (const auto now = std::chrono::steady_clock::now(); observers_.replaying && now - reported >= std::chrono::seconds(1)) {
       reported = now;
       observers_.replaying(loaded, bytes, std::chrono::duration<double>(now - start).count());
     }
     return replayer.add(writes);
-  };
+  });
+  // A failed apply stops the reading; its reason is the error to report.
   const auto fail = [&](const std::string& error) {
-    throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + error);
+    std::string applied = applier.finish();
+    throw std::runtime_error("recovering --data_dir " + options_.data_dir.string() + ": " + (applied.empty() ? error : applied));
   };
   // The newest snapshot only: the log before it is gone once it is durable, so an older one cannot stand in.
   const std::vector<SnapshotFile> snapshots = list_snapshots(options_.data_dir);
   if (!snapshots.empty()) {
+    std::uint64_t block = 0;
     std::string error = read_snapshot(
         snapshots.back(), shape, options_.recover_skip_corrupt,
-        [&](std::string_view payload) { return load(payload, payload.size() + kRecordHeaderBytes + kRecordTrailerBytes); },
+        [&](std::string_view payload) { return applier.submit(payload, snapshots.back().path.string() + ", block " + std::to_string(block++)); },
         &recovery_.snapshot);
     if (!error.empty()) fail(error);
   }
-  const std::uint64_t from_log = loaded;
   std::string error = read_log(
       options_.data_dir, shape, options_.recover_skip_corrupt, recovery_.snapshot.log_start,
-      [&](std::uint64_t, std::string_view payload) { return load(payload, payload.size() + kRecordHeaderBytes + kRecordTrailerBytes); },
+      [&](std::uint64_t seq, std::string_view payload) { return applier.submit(payload, "log record " + std::to_string(seq)); },
       &recovery_.log);
-  if (error.empty()) error = replayer.flush();
   if (!error.empty()) fail(error);
-  recovery_.writes = loaded - from_log;
+  if (error = applier.finish(); !error.empty()) fail(error);
+  if (error = replayer.flush(); !error.empty()) fail(error);
+  recovery_.writes = loaded - recovery_.snapshot.items;
+  recovery_.apply_seconds = applier.busy_seconds();
+  recovery_.table_seconds = replayer.table_seconds();
+  recovery_.read_waited_seconds = applier.waited_seconds();
   recovery_.took = std::chrono::steady_clock::now() - start;
   if (options_.wal != WalMode::kOff) {
     log_ = std::make_unique<LogWriter>(options_.data_dir, shape, recovery_.log.next_seq,

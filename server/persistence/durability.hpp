@@ -57,6 +57,11 @@ struct Recovery {
   LogReplay log;
   std::uint64_t writes = 0;  // log operations replayed
   std::chrono::duration<double> took{};
+  // Where the time went: decoding and applying on the applying thread (table_seconds of it running batches
+  // on the table), and the reading thread held up waiting for it.
+  double apply_seconds = 0;
+  double table_seconds = 0;
+  double read_waited_seconds = 0;
 };
 
 // What taking a snapshot did.

@@ -368,6 +368,20 @@ TEST_F(SnapshotDir, ASnapshotOfOtherWidthsIsRefusedWithBoth) {
   }
 }
 
+// A table too small for the data: start-up stops, saying so and where, instead of serving part of it.
+TEST_F(SnapshotDir, ATableTooSmallForTheSnapshotStopsStartWithTheReason) {
+  const Items model = make_snapshot(2000);
+  ASSERT_GT(model.size(), 1000u);
+  try {
+    Shard shard(dir_, WalMode::kEveryBatch, 1000);
+    ADD_FAILURE() << "a snapshot of " << model.size() << " items loaded into 1000 slots";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the table refused a logged write (FULL)"), std::string::npos) << what;
+    EXPECT_NE(what.find("--capacity"), std::string::npos) << what;
+  }
+}
+
 TEST_F(SnapshotDir, AnEmptyDirectoryStartsEmptyAndSnapshotsAnEmptyTable) {
   {
     Shard shard(dir_, WalMode::kEveryBatch);
