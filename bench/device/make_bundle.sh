@@ -22,6 +22,13 @@ for t in $targets; do
   ldd "$bin" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' |
     xargs -r cp -L -t "$out/lib"
 done
+# Programs of this machine to run beside ours there (e.g. EXTRA_BINS="/usr/bin/redis-server /usr/bin/redis-benchmark"
+# for a comparison in the same run), with their libraries.
+for b in ${EXTRA_BINS:-}; do
+  cp -L "$b" "$out/bin/$(basename "$b")"
+  ldd "$b" | awk '/=>/ {print $3}' | grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*|libcuda)\.so' |
+    xargs -r cp -L -t "$out/lib"
+done
 # Tuning variants of the GPU benchmark (sm_90 only), e.g. VARIANTS="GPUKV_PROBE_MIN_BLOCKS=6".
 for v in ${VARIANTS:-}; do
   name=${v#GPUKV_}
