@@ -414,6 +414,11 @@ namespace {
 // One Stream call: every request read is submitted at once (so requests pipeline), and responses are
 // written one at a time in the order the requests were read (the batcher may answer calls on several
 // threads, in any order). The reactor ends after the client has half-closed and every response is written.
+//
+// Flow control: a client that sends and does not read its answers would have its requests and their
+// answers pile up here without bound (73 MiB and growing, for one such stream). While the requests read and
+// not yet written hold more than kStreamHeldBytes, or number kStreamHeldRequests, the reactor reads no more
+// of them; gRPC's own flow control then holds the client's sends. A slow reader slows only itself.
 class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
  public:
   StreamReactor(KvService& service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
@@ -440,19 +445,37 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     // the batcher in the order they were sent (same-key order within a stream). Submitting never waits
     // for a batch: at most it copies this request's columns into the filling batch.
     submit(item);
-    StartRead(&incoming_);
+    bool read_next;
+    {
+      std::lock_guard lock(mutex_);
+      read_next = !over_bound();
+      reading_paused_ = !read_next;
+    }
+    if (read_next) StartRead(&incoming_);
   }
 
   void OnWriteDone(bool ok) override {
+    bool resume = false;
     {
       std::lock_guard lock(mutex_);
       writing_ = false;
+      if (order_.front()->held) held_bytes_ -= order_.front()->held_bytes;
       order_.pop_front();
       if (!ok) {
         broken_ = true;
         order_.clear();
+        held_bytes_ = 0;
+        // No read is in flight while reading is paused, so none will report the end of the requests: the
+        // call can finish without one (it is broken: nothing more is read or written).
+        if (reading_paused_) reads_done_ = true;
+      }
+      // Reading resumes once half the bound is free again, not at every write near it.
+      if (reading_paused_ && !broken_ && held_bytes_ <= kStreamHeldBytes / 2 && order_.size() <= kStreamHeldRequests / 2) {
+        reading_paused_ = false;
+        resume = true;
       }
     }
+    if (resume) StartRead(&incoming_);
     pump();
   }
 
@@ -464,7 +487,19 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     v1::StreamResponse response;
     CallResults results;  // in response
     bool answered = false;  // response is complete; guarded by mutex_
+    std::size_t held_bytes = 0;  // the request's, and the room its response holds for values (set by submit)
+    bool held = false;           // held_bytes counted in held_bytes_; guarded by mutex_
   };
+
+  // Counts the item's bytes as held by the stream: before it can be answered, so before it can be written.
+  void hold(Item& item) {
+    std::lock_guard lock(mutex_);
+    if (broken_) return;  // the item is not in order_
+    held_bytes_ += item.held_bytes;
+    item.held = true;
+  }
+
+  bool over_bound() const { return held_bytes_ > kStreamHeldBytes || order_.size() >= kStreamHeldRequests; }
 
   void submit(const std::shared_ptr<Item>& item) {
     const v1::StreamRequest& r = item->request;
@@ -482,17 +517,22 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       error = check_columns(ops, r.keys().size(), r.value_lengths_size(), r.values().size());
     }
     item->response.set_id(r.id());
+    item->held_bytes = r.ByteSizeLong();
     if (!error.empty()) {  // answer the malformed request, keep the stream
+      hold(*item);
       item->response.set_results(std::string(ops.count, static_cast<char>(OpStatus::kInvalid)));
       item->response.mutable_value_lengths()->Resize(static_cast<int>(ops.count), 0);
       respond(item);
       return;
     }
     if (const auto r = service_.refusal(ops)) {  // before the response is sized for it
+      hold(*item);
       fail(item, status_of(r->code, r->message));
       return;
     }
     item->results = results_in(ops, service_.value_width(), item->response);
+    item->held_bytes += item->response.values().capacity();
+    hold(*item);
     service_.run_owned(ops, &item->results, item->response.mutable_owners(), call_deadline(*ctx_),
                        [this, item](CallCode code, std::string_view message) {
       if (code != CallCode::kOk) {
@@ -563,6 +603,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
   std::deque<std::shared_ptr<Item>> order_;  // read, not yet written, in read order; front: being written
   int outstanding_ = 0;         // requests read and not yet answered
   bool reads_done_ = false;
+  bool reading_paused_ = false;  // flow control: no read started until the client takes some answers
+  std::size_t held_bytes_ = 0;   // of the items in order_
   bool writing_ = false;
   bool broken_ = false;         // a write failed: the client is gone
   bool finished_ = false;

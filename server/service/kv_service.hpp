@@ -20,6 +20,10 @@ namespace gpukv::server {
 
 // The largest gRPC message the server receives or sends: batch calls carry up to millions of keys.
 inline constexpr std::size_t kMaxMessageBytes = std::size_t{256} << 20;
+// What one Stream may hold of requests read and answers not yet written before the server stops reading
+// its requests (flow control: a client that does not read its answers holds only this much).
+inline constexpr std::size_t kStreamHeldBytes = std::size_t{64} << 20;
+inline constexpr std::size_t kStreamHeldRequests = 4096;
 
 class KvService final : public gpukv::v1::KeyValue::CallbackService {
  public:
