@@ -10,9 +10,11 @@
 #   build-tsan/  the CPU backend and the batcher under ThreadSanitizer: the concurrency stress, the batcher's
 #                tests, shortened model tests, the write-ahead log's files and snapshots, and the many-client model test over gRPC (Debian's gRPC is not
 #                instrumented: see tests/tsan-suppressions.txt and the end of CMakeLists.txt).
+#   build-asan/  the server under AddressSanitizer (CPU backend): the fuzzing, unread-stream and shutdown tests
+#                of tests/e2e run against it again.
 # GPUKV_IMAGE_TEST=1 adds the slow image test (tests/deploy/image_test.sh: builds docker/Dockerfile with buildah
 # and runs the image; needs root). GPUKV_LONG=1 runs the long suite: 25 kill -9 rounds of the durability test
-# instead of 5.
+# instead of 5, and 100000 fuzzed calls per RPC instead of 1000.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${GPUKV_JOBS:-2}
@@ -63,6 +65,14 @@ supp="$root/build-tsan/tsan-suppressions.txt"
 } >"$supp"
 GPUKV_TEST_SCALE=0.2 TSAN_OPTIONS="halt_on_error=1 abort_on_error=0 suppressions=$supp" \
   ctest --test-dir "$root/build-tsan" --output-on-failure -R 'ServiceModel'
+
+echo "== build: AddressSanitizer (the server, CPU backend)"
+cmake -S "$root" -B "$root/build-asan" -DGPUKV_ENABLE_CUDA=OFF -DGPUKV_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGPUKV_BUILD_BENCH=OFF -DGPUKV_BUILD_TESTS=OFF >/dev/null
+cmake --build "$root/build-asan" -j"$jobs" --target gpukv-server
+echo "== tests: AddressSanitizer (fuzzed requests, an unread stream's memory, shutdown, against that server)"
+ASAN_OPTIONS="abort_on_error=1" GPUKV_SERVER="$root/build-asan/server/gpukv-server" "$root/build/e2e-venv/bin/python" -m pytest -q \
+  -p no:cacheprovider "$root/tests/e2e/test_fuzz_e2e.py" "$root/tests/e2e/test_stream_flow_e2e.py" "$root/tests/e2e/test_drain_e2e.py"
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "NOTE: no GPU on this machine: the GPU tests above were SKIPPED (bench/RESULTS.md records the last GPU run)."
