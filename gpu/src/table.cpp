@@ -129,7 +129,9 @@ std::size_t Table::export_items(std::uint64_t from, std::uint64_t slots, const I
     throw Error(Error::Code::kInvalidArgument, "item columns must be 8-byte aligned");
   }
   std::lock_guard lock(mutex_);
-  return impl_->export_items(from, slots, out);
+  const std::uint64_t count = impl_->slot_count();
+  if (from >= count) return 0;
+  return impl_->export_items(from, std::min(slots, count - from), out);  // no end past the last slot, nor overflow
 }
 
 void Table::hold_cleanup(bool hold) {

@@ -166,15 +166,21 @@ inline RecordAt read_record(SegmentReader& in, std::uint64_t offset) {
   return r;
 }
 
-// The offset of the first valid record after `offset`, if any.
+// The offset of the first valid record after `offset`, if any: the rest of the file searched for the record
+// magic a window at a time (a damaged 15 GB snapshot is not read into memory whole), each find checked.
 inline std::optional<std::uint64_t> next_valid_record(int fd, std::uint64_t offset, std::uint64_t size) {
+  constexpr std::uint64_t kWindow = 16 << 20;
   char magic[4];
   put_u32(magic, kRecordMagic);
-  std::string rest(size - offset, '\0');
-  if (!read_at(fd, offset, rest.data(), rest.size())) return std::nullopt;
+  const std::string_view wanted(magic, 4);
   SegmentReader in(fd, size);
-  for (std::size_t at = rest.find(std::string_view(magic, 4), 1); at != std::string::npos; at = rest.find(std::string_view(magic, 4), at + 1)) {
-    if (read_record(in, offset + at).error.empty()) return offset + at;
+  std::string window;
+  for (std::uint64_t from = offset + 1; from + 4 <= size; from += kWindow) {
+    window.resize(std::min<std::uint64_t>(kWindow + 3, size - from));  // 3 more: a magic across the edge
+    if (!read_at(fd, from, window.data(), window.size())) return std::nullopt;
+    for (std::size_t at = window.find(wanted); at != std::string::npos && at < kWindow; at = window.find(wanted, at + 1)) {
+      if (read_record(in, from + at).error.empty()) return from + at;
+    }
   }
   return std::nullopt;
 }
