@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 
+#include "service/option_checks.hpp"
 #include "service/server.hpp"
 #include "service/shard_index.hpp"
 
@@ -174,6 +175,11 @@ int main(int argc, char** argv) {
     options.durability.wal = gpukv::server::persistence::parse_wal_mode(absl::GetFlag(FLAGS_wal));
     options.durability.recover_skip_corrupt = absl::GetFlag(FLAGS_recover_skip_corrupt);
     options.durability.snapshot_interval = std::chrono::seconds(absl::GetFlag(FLAGS_snapshot_interval));
+    // Every setting, before any port opens or any thread starts.
+    if (const std::string error = gpukv::server::check_options(options); !error.empty()) {
+      spdlog::critical("{}", error);
+      return 2;
+    }
     if (options.durability.data_dir.empty() && options.durability.wal != gpukv::server::persistence::WalMode::kOff) {
       throw std::invalid_argument("--wal needs --data_dir, the directory the log is written to");
     }

@@ -50,6 +50,8 @@ const char* to_string(LaneMode mode) {
 
 bool Table::gpu_available() { return detail::gpu_present(); }
 
+void Table::check(const TableConfig& config) { static_cast<void>(detail::make_geometry(config)); }
+
 Table::Table(const TableConfig& config) : config_(config) {
   const detail::Geometry geometry = detail::make_geometry(config);
   backend_ = config.backend;

@@ -39,6 +39,7 @@ void set_health(grpc::Server& server, bool serving) {
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options) {
+  Table::check(options_.table);  // a bad table setting before any port opens
   metrics_ = std::make_unique<Metrics>(options_.metrics_listen);
   service_ = std::make_unique<KvService>(
       options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count),

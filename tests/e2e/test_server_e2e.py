@@ -198,12 +198,22 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     ("--key_width=12", "key_width must be 8, 16 or 32 bytes, got 12"),
     ("--cleanup_headroom=2", "cleanup_headroom must be in (0, 1]"),
     ("--backend=quantum", "--backend must be auto, gpu or cpu, got 'quantum'"),
+    # Threads past four per core: a hundred thousand of them exhausted the host's process limit.
+    ("--cpu_threads=100000", "--cpu_threads must be 0 (one per core) to"),
+    # A queue shorter than a batch refuses the calls a batch is made for (0 refused every call).
+    ("--max_queued_ops=0", "--max_queued_ops must be at least --batch_size (65536), got 0"),
+    ("--max_queue_delay=5000000", "--max_queue_delay must be at most 1000000 microseconds"),
+    ("--tls_cert=/etc/hostname", "--tls_cert and --tls_key go together"),
 ])
-def test_the_server_refuses_a_bad_setting_with_a_clear_error(flag, message):
+def test_the_server_refuses_a_bad_setting_with_a_clear_error_before_it_listens(flag, message):
+    """A bad flag stops the server with a message naming it and its bounds, before any port opens: nothing
+    listens on the gRPC or metrics port meanwhile (the server logs "listening on port" when its ports open)."""
     run = subprocess.run([SERVER, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu", flag],
                          capture_output=True, text=True, timeout=60)
-    assert run.returncode != 0, run.stdout + run.stderr
-    assert message in run.stdout + run.stderr, run.stdout + run.stderr  # the server's log goes to stdout
+    output = run.stdout + run.stderr  # the server's log goes to stdout
+    assert run.returncode != 0, output
+    assert message in output, output
+    assert "listening on port" not in output, output
 
 
 def test_cli_against_the_server(server):

@@ -52,6 +52,9 @@ class Table {
   // Throws Error: kInvalidArgument for a bad setting, kNoDevice if the GPU backend is asked for and none is
   // present, kOutOfMemory if the table does not fit.
   explicit Table(const TableConfig& config);
+  // Checks the settings as the constructor does, building and allocating nothing: a server checks its flags
+  // before it opens a port. Throws Error(kInvalidArgument) naming the setting and its bounds.
+  static void check(const TableConfig& config);
   ~Table();
   Table(const Table&) = delete;
   Table& operator=(const Table&) = delete;
