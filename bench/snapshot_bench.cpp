@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "gpukv/table.hpp"
 #include "persistence/durability.hpp"
 
@@ -24,14 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::string flag(int argc, char** argv, const char* name, const char* fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
-  }
-  return fallback;
-}
 
 std::uint64_t mix(std::uint64_t x) {  // splitmix64: item i's key words
   x += 0x9E3779B97F4A7C15ull;
@@ -77,13 +70,14 @@ struct Batch {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const gpukv::bench::Flags flags(argc, argv);
   using namespace gpukv;
   using namespace gpukv::server::persistence;
-  const std::filesystem::path dir = flag(argc, argv, "dir", "/tmp/gpukv-snapshot-bench");
-  const std::uint64_t items = std::stoull(flag(argc, argv, "items", "100000000"));
-  const std::uint32_t value_width = static_cast<std::uint32_t>(std::stoul(flag(argc, argv, "value_width", "128")));
-  const std::string backend = flag(argc, argv, "backend", "gpu");
-  const double load = std::stod(flag(argc, argv, "load", "0.9"));
+  const std::filesystem::path dir = flags.str("dir", "/tmp/gpukv-snapshot-bench");
+  const std::uint64_t items = std::stoull(flags.str("items", "100000000"));
+  const std::uint32_t value_width = static_cast<std::uint32_t>(std::stoul(flags.str("value_width", "128")));
+  const std::string backend = flags.str("backend", "gpu");
+  const double load = std::stod(flags.str("load", "0.9"));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
 
@@ -197,6 +191,6 @@ int main(int argc, char** argv) {
   }
   std::printf("RESULT check items=%llu sampled_wrong=%llu\n", static_cast<unsigned long long>(table->stats().items + table->stats().host.items),
               static_cast<unsigned long long>(wrong));
-  if (flag(argc, argv, "keep", "0") != std::string("1")) std::filesystem::remove_all(dir);
+  if (flags.str("keep", "0") != std::string("1")) std::filesystem::remove_all(dir);
   return wrong == 0 && recovery.snapshot.items == items ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "gpukv/table.hpp"
 #include "persistence/batch_record.hpp"
 #include "persistence/durability.hpp"
@@ -20,23 +21,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-std::string flag(int argc, char** argv, const char* name, const char* fallback) {
-  const std::string prefix = std::string("--") + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return argv[i] + prefix.size();
-  }
-  return fallback;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  const gpukv::bench::Flags flags(argc, argv);
   using namespace gpukv;
   using namespace gpukv::server::persistence;
-  const std::filesystem::path dir = flag(argc, argv, "dir", "/tmp/gpukv-wal-bench");
-  const std::size_t rows = std::stoul(flag(argc, argv, "rows", "65536"));
-  const int batches = std::stoi(flag(argc, argv, "batches", "200"));
-  const std::string backend = flag(argc, argv, "backend", "cpu");
+  const std::filesystem::path dir = flags.str("dir", "/tmp/gpukv-wal-bench");
+  const std::size_t rows = std::stoul(flags.str("rows", "65536"));
+  const int batches = std::stoi(flags.str("batches", "200"));
+  const std::string backend = flags.str("backend", "cpu");
   constexpr std::uint32_t kKeyWidth = 16, kValueWidth = 8, kStride = 8;
 
   // One batch of PUTs of distinct 16-byte keys and 8-byte values, all OK; each round renames its keys.

@@ -15,21 +15,12 @@ namespace gpukv::server::persistence {
 using namespace io;
 
 std::filesystem::path segment_path(const std::filesystem::path& dir, std::uint64_t first_seq) {
-  char name[32];
-  std::snprintf(name, sizeof name, "wal-%016llx.log", static_cast<unsigned long long>(first_seq));
-  return dir / name;
+  return numbered_path(dir, "wal-", first_seq, ".log");
 }
 
 std::vector<SegmentFile> list_segments(const std::filesystem::path& dir) {
   std::vector<SegmentFile> segments;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != 24 || name.rfind("wal-", 0) != 0 || name.substr(20) != ".log") continue;
-    const std::string hex = name.substr(4, 16);
-    if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
-    segments.push_back({entry.path(), std::stoull(hex, nullptr, 16)});
-  }
-  std::sort(segments.begin(), segments.end(), [](const SegmentFile& a, const SegmentFile& b) { return a.first_seq < b.first_seq; });
+  for (auto& [path, first_seq] : list_numbered(dir, "wal-", ".log")) segments.push_back({std::move(path), first_seq});
   return segments;
 }
 

@@ -5,12 +5,16 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "log_file.hpp"
 
@@ -37,6 +41,38 @@ inline std::uint64_t get_u64(const char* p) {
 
 inline std::string errno_text(const std::string& what, const std::filesystem::path& path) {
   return what + " " + path.string() + ": " + std::strerror(errno);
+}
+
+// Files named <prefix><16 hex digits><suffix> (log segments, snapshots): the path for a number, and those
+// under `dir`, by number, with their numbers.
+inline std::filesystem::path numbered_path(const std::filesystem::path& dir, std::string_view prefix, std::uint64_t number,
+                                           std::string_view suffix) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(number));
+  return dir / (std::string(prefix) + hex + std::string(suffix));
+}
+inline std::vector<std::pair<std::filesystem::path, std::uint64_t>> list_numbered(const std::filesystem::path& dir,
+                                                                                 std::string_view prefix, std::string_view suffix) {
+  std::vector<std::pair<std::filesystem::path, std::uint64_t>> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != prefix.size() + 16 + suffix.size() || name.rfind(prefix, 0) != 0 || name.substr(prefix.size() + 16) != suffix) {
+      continue;
+    }
+    const std::string hex = name.substr(prefix.size(), 16);
+    if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    files.emplace_back(entry.path(), std::stoull(hex, nullptr, 16));
+  }
+  std::sort(files.begin(), files.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  return files;
+}
+
+// The message for a file written with other widths than this server's, or empty if they are the same.
+inline std::string other_widths(const std::string& name, LogShape written, LogShape shape) {
+  if (written.key_width == shape.key_width && written.value_width == shape.value_width) return {};
+  return name + " was written with key width " + std::to_string(written.key_width) + " and value width " +
+         std::to_string(written.value_width) + "; this server has key width " + std::to_string(shape.key_width) +
+         " and value width " + std::to_string(shape.value_width) + " (start it with those, or with another --data_dir)";
 }
 
 inline std::string encode_header(LogShape shape, std::uint64_t first_seq) {

@@ -57,11 +57,8 @@ std::string read_log(const std::filesystem::path& dir, LogShape shape, bool skip
       return name + " at offset 8: log format version " + std::to_string(get_u32(header + 8)) + ", this server reads version " +
              std::to_string(kLogVersion);
     }
-    const LogShape written{get_u32(header + 12), get_u32(header + 16)};
-    if (written.key_width != shape.key_width || written.value_width != shape.value_width) {
-      return name + " was written with key width " + std::to_string(written.key_width) + " and value width " +
-             std::to_string(written.value_width) + "; this server has key width " + std::to_string(shape.key_width) +
-             " and value width " + std::to_string(shape.value_width) + " (start it with those, or with another --data_dir)";
+    if (std::string error = other_widths(name, LogShape{get_u32(header + 12), get_u32(header + 16)}, shape); !error.empty()) {
+      return error;
     }
     if (get_u64(header + 24) != segment.first_seq) return name + " at offset 24: its header names another first record";
     if (expected && segment.first_seq > *expected) {

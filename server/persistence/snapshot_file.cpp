@@ -24,7 +24,6 @@ using namespace io;
 namespace {
 
 constexpr char kSnapshotMagic[8] = {'G', 'P', 'U', 'K', 'V', 'S', 'N', 'P'};
-constexpr std::string_view kPrefix = "snapshot-", kSuffix = ".snap";
 
 std::string encode_snapshot_header(LogShape shape, std::uint64_t log_start, std::uint64_t items, std::uint64_t blocks) {
   std::string h(kSnapshotHeaderBytes, '\0');
@@ -44,24 +43,12 @@ std::string encode_snapshot_header(LogShape shape, std::uint64_t log_start, std:
 }  // namespace
 
 std::filesystem::path snapshot_path(const std::filesystem::path& dir, std::uint64_t log_start) {
-  char name[40];
-  std::snprintf(name, sizeof name, "snapshot-%016llx.snap", static_cast<unsigned long long>(log_start));
-  return dir / name;
+  return numbered_path(dir, "snapshot-", log_start, ".snap");
 }
 
 std::vector<SnapshotFile> list_snapshots(const std::filesystem::path& dir) {
   std::vector<SnapshotFile> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != kPrefix.size() + 16 + kSuffix.size() || name.rfind(kPrefix, 0) != 0 ||
-        name.substr(kPrefix.size() + 16) != kSuffix) {
-      continue;
-    }
-    const std::string hex = name.substr(kPrefix.size(), 16);
-    if (hex.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
-    files.push_back({entry.path(), std::stoull(hex, nullptr, 16)});
-  }
-  std::sort(files.begin(), files.end(), [](const SnapshotFile& a, const SnapshotFile& b) { return a.log_start < b.log_start; });
+  for (auto& [path, log_start] : list_numbered(dir, "snapshot-", ".snap")) files.push_back({std::move(path), log_start});
   return files;
 }
 
@@ -177,11 +164,8 @@ std::string read_snapshot(const SnapshotFile& file, LogShape shape, bool skip_co
     return name + " at offset 8: snapshot format version " + std::to_string(get_u32(header + 8)) + ", this server reads version " +
            std::to_string(kSnapshotVersion);
   }
-  const LogShape written{get_u32(header + 12), get_u32(header + 16)};
-  if (written.key_width != shape.key_width || written.value_width != shape.value_width) {
-    return name + " was written with key width " + std::to_string(written.key_width) + " and value width " +
-           std::to_string(written.value_width) + "; this server has key width " + std::to_string(shape.key_width) +
-           " and value width " + std::to_string(shape.value_width) + " (start it with those, or with another --data_dir)";
+  if (std::string error = other_widths(name, LogShape{get_u32(header + 12), get_u32(header + 16)}, shape); !error.empty()) {
+    return error;
   }
   load->log_start = get_u64(header + 24);
   if (load->log_start != file.log_start) return name + " at offset 24: its header names another log start than its name";
