@@ -2,28 +2,22 @@
 // and the snapshot's (a snapshot's blocks are records). Private to server/persistence.
 #pragma once
 
-#include <fcntl.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
-#include <mutex>
-#include <thread>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "log_io.hpp"
 
 namespace gpukv::server::persistence::io {
 
-// A segment's bytes through a large buffer: records are read in place, with no read or allocation per record
-// (which held replay to about 0.3 GB/s of log).
-//
-// The file is read ahead of the records by a thread of its own (ReadAhead), so that the disk reads while the
-// caller checks and applies what it has.
 // Reads a file sequentially through the page cache on a thread of its own, up to kAhead bytes past where its
 // reader has reached, so that the reader's own reads find their pages there. The kernel's read-ahead
 // (POSIX_FADV_SEQUENTIAL, and WILLNEED a few chunks ahead) kept the reader of a 15 GB snapshot at 0.9-1.1
@@ -84,6 +78,11 @@ class ReadAhead {
   std::thread thread_;
 };
 
+// A segment's bytes through a large buffer: records are read in place, with no read or allocation per record
+// (which held replay to about 0.3 GB/s of log).
+//
+// The file is read ahead of the records by a thread of its own (ReadAhead), so that the disk reads while the
+// caller checks and applies what it has.
 class SegmentReader {
  public:
   SegmentReader(int fd, std::uint64_t size) : fd_(fd), size_(size), ahead_(fd, size) {}
