@@ -8,9 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <new>
 #include <chrono>
-#include <cstdio>
+#include <new>
 #include <stdexcept>
 #include <utility>
 
