@@ -6,11 +6,7 @@
 set -uo pipefail
 what=${1:-all}
 shift || true
-bundle=.device/bundle
-[[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
-export LD_LIBRARY_PATH=$bundle/lib
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "$0")/bundle_env.sh"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv | tee "$out/device.txt"
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$out/device.txt"
 status=0

@@ -1,11 +1,7 @@
 # Shared by the service scripts that run on the lent GPU machine (service_gpu.sh, server_ab.sh): start a
 # server, drive it with gpukv-load, and read what it did (per-thread CPU, batch metrics). Sourced from the
 # repository root with $log_name set; logs to $OUT/$log_name.log.
-bundle=${BUNDLE:-.device/bundle}
-[[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
-export LD_LIBRARY_PATH=$bundle/lib
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "${BASH_SOURCE[0]}")/bundle_env.sh"
 log=$out/${log_name:?}.log
 secs=${SECONDS_PER_RUN:-6}
 : > "$log"

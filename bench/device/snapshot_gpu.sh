@@ -5,11 +5,7 @@
 # the disk's own sequential write and read rates, measured with dd on the same directory in the same run.
 # Logs to $OUT. SKIP_TESTS=1 runs the disk and the benchmark alone; REPEATS=N runs the benchmark N times.
 set -uo pipefail
-bundle=.device/bundle
-[[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
-export LD_LIBRARY_PATH=$bundle/lib
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "$0")/bundle_env.sh"
 log=$out/snapshot_gpu.log
 data=${DATA_ROOT:-/tmp/gpukv-snapshot}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$log"

@@ -4,11 +4,7 @@
 # adds), ROUNDS rounds (default 2) of the same command, so that a change to gpu/ is measured against its
 # baseline on the same device. Flags go to the benchmark. Logs to $OUT/table_ab.log.
 set -uo pipefail
-bundle=.device/bundle
-[[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
-export LD_LIBRARY_PATH=$bundle/lib
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "$0")/bundle_env.sh"
 log=$out/table_ab.log
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$log"
 date -u +%Y-%m-%dT%H:%M:%SZ | tee -a "$log"

@@ -4,11 +4,7 @@
 # machine's disk. The bundle carries redis-server and redis-benchmark (make_bundle.sh with EXTRA_BINS). Logs to
 # $OUT/wal_redis_gpu.log.
 set -uo pipefail
-bundle=.device/bundle
-[[ -d $bundle ]] || tar xzf .device/bundle.tgz -C .device
-export LD_LIBRARY_PATH=$bundle/lib
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "$0")/bundle_env.sh"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/wal_redis_gpu.log"
 GPUKV_SERVER=$bundle/bin/gpukv-server GPUKV_LOAD=$bundle/bin/gpukv-load REDIS_SERVER=$bundle/bin/redis-server \
   REDIS_BENCHMARK=$bundle/bin/redis-benchmark DATA_ROOT=${DATA_ROOT:-/tmp/gpukv-wal-redis} \
