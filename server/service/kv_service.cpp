@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace gpukv::server {
@@ -186,7 +187,7 @@ template <class Respond>
 struct UnaryCall {
   KvService* service;
   const char* method;
-  grpc::ServerUnaryReactor* reactor;
+  FinishableCall* reactor;
   Respond respond;
   CallResults results;
   char result = 0;
@@ -197,11 +198,9 @@ struct UnaryCall {
 }  // namespace
 
 template <class Respond>
-grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops,
-                                           CallResults results, google::protobuf::RepeatedField<std::uint32_t>* owners,
-                                           Respond respond) {
-  auto* call = new UnaryCall<Respond>{this, method, ctx->DefaultReactor(), std::move(respond), results};
-  grpc::ServerUnaryReactor* reactor = call->reactor;
+void KvService::unary(const char* method, grpc::CallbackServerContext* ctx, FinishableCall* reactor, CallOps ops,
+                      CallResults results, google::protobuf::RepeatedField<std::uint32_t>* owners, Respond respond) {
+  auto* call = new UnaryCall<Respond>{this, method, reactor, std::move(respond), results};
   if (ops.count == 1 && ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
     call->lengths = {static_cast<std::uint32_t>(ops.keys.size()), static_cast<std::uint32_t>(ops.values.size())};
     ops.key_lengths = &call->lengths[0];
@@ -214,14 +213,13 @@ grpc::ServerUnaryReactor* KvService::unary(const char* method, grpc::CallbackSer
     // respond finishes the response in place, and may turn an OK into an error (a Put that met a full table)
     const grpc::Status status = code == CallCode::kOk ? call->respond(call->results) : status_of(code, message);
     call->service->count(call->method, status);  // before Finish: a client that has its answer finds the call counted
-    call->reactor->Finish(status);
+    call->reactor->finish(status);
   };
   if (owners != nullptr) {
     run_owned(ops, &call->results, owners, call_deadline(*ctx), std::move(done));
   } else {
     run(ops, &call->results, call_deadline(*ctx), std::move(done));
   }
-  return reactor;
 }
 
 namespace {
@@ -236,61 +234,94 @@ std::string bad_key(const std::string& key, std::uint32_t width) {
 
 }  // namespace
 
-grpc::ServerUnaryReactor* KvService::reject(const char* method, grpc::CallbackServerContext* ctx, std::string message) {
+void KvService::reject(const char* method, FinishableCall* call, std::string message) {
   if (on_request_) on_request_(method, grpc::StatusCode::INVALID_ARGUMENT);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message)));
-  return reactor;
+  call->finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::move(message)));
 }
 
-grpc::ServerUnaryReactor* KvService::refuse_foreign(const char* method, grpc::CallbackServerContext* ctx, std::string_view key) {
+bool KvService::refuse_foreign(const char* method, grpc::CallbackServerContext* ctx, FinishableCall* call, std::string_view key) {
   const std::uint32_t owner = shard_.owner(key);
-  if (owner == shard_.index()) return nullptr;
+  if (owner == shard_.index()) return false;
   count_wrong_shard(1);
   ctx->AddTrailingMetadata("gpukv-owner-shard", std::to_string(owner));
   const grpc::Status status(grpc::StatusCode::FAILED_PRECONDITION,
                             "wrong shard: the key belongs to shard " + std::to_string(owner) + "; this server is shard " +
                                 std::to_string(shard_.index()) + " of " + std::to_string(shard_.count()));
   count(method, status);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(status);
-  return reactor;
+  call->finish(status);
+  return true;
 }
 
-grpc::ServerUnaryReactor* KvService::refuse(const char* method, grpc::CallbackServerContext* ctx, const Refusal& refusal) {
+void KvService::refuse(const char* method, FinishableCall* call, const Refusal& refusal) {
   const grpc::Status status = status_of(refusal.code, refusal.message);
   count(method, status);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(status);
+  call->finish(status);
+}
+
+template <class Call>
+grpc::ServerUnaryReactor* KvService::serve(const char* method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                           grpc::ByteBuffer* out, void (KvService::*handle)(grpc::CallbackServerContext*, Call*)) {
+  auto* call = new Call(ctx, out);  // deleted when finished
+  grpc::ServerUnaryReactor* reactor = call->reactor();  // the call may be finished before handle returns
+  if (!call->parse(*in)) {
+    reject(method, call, unparsable<std::remove_cvref_t<decltype(call->request())>>());
+  } else {
+    (this->*handle)(ctx, call);
+  }
   return reactor;
 }
 
-grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) {
-  if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
-    return reject("Get", ctx, e);
-  }
-  if (auto* refused = refuse_foreign("Get", ctx, req->key())) return refused;
-  const CallOps ops{1, {}, OpKind::kGet, req->key(), nullptr, {}, nullptr};
+grpc::ServerUnaryReactor* KvService::Get(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("Get", ctx, in, out, &KvService::get);
+}
+grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("Put", ctx, in, out, &KvService::put);
+}
+grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("Delete", ctx, in, out, &KvService::delete_key);
+}
+grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("BatchGet", ctx, in, out, &KvService::batch_get);
+}
+grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("BatchPut", ctx, in, out, &KvService::batch_put);
+}
+grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                                 grpc::ByteBuffer* out) {
+  return serve("BatchDelete", ctx, in, out, &KvService::batch_delete);
+}
+grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("Stats", ctx, in, out, &KvService::stats);
+}
+grpc::ServerUnaryReactor* KvService::Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+  return serve("Snapshot", ctx, in, out, &KvService::snapshot);
+}
+
+void KvService::get(grpc::CallbackServerContext* ctx, GetCall* call) {
+  const v1::GetRequest& req = call->request();
+  if (auto e = bad_key(req.key(), key_width_); !e.empty()) return reject("Get", call, e);
+  if (refuse_foreign("Get", ctx, call, req.key())) return;
+  const CallOps ops{1, {}, OpKind::kGet, req.key(), nullptr, {}, nullptr};
+  v1::GetResponse* resp = &call->response();
   std::string* value = resp->mutable_value();  // the batcher writes the value straight into the response
   value->resize(value_width_);
-  return unary("Get", ctx, ops, CallResults{nullptr, value->data(), nullptr}, nullptr, [resp](CallResults& r) {
+  unary("Get", ctx, call, ops, CallResults{nullptr, value->data(), nullptr}, nullptr, [resp](CallResults& r) {
     resp->set_found(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     resp->mutable_value()->resize(r.values_size);
     return grpc::Status::OK;
   });
 }
 
-grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const v1::PutRequest* req, v1::PutResponse* resp) {
-  std::string e = bad_key(req->key(), key_width_);
-  if (e.empty() && req->value().size() > value_width_) {
-    e = "value must be at most " + std::to_string(value_width_) + " bytes, got " + std::to_string(req->value().size());
+void KvService::put(grpc::CallbackServerContext* ctx, PutCall* call) {
+  const v1::PutRequest& req = call->request();
+  std::string e = bad_key(req.key(), key_width_);
+  if (e.empty() && req.value().size() > value_width_) {
+    e = "value must be at most " + std::to_string(value_width_) + " bytes, got " + std::to_string(req.value().size());
   }
-  if (!e.empty()) {
-    return reject("Put", ctx, e);
-  }
-  if (auto* refused = refuse_foreign("Put", ctx, req->key())) return refused;
-  const CallOps ops{1, {}, req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->key(), nullptr, req->value(), nullptr};
-  return unary("Put", ctx, ops, CallResults{}, nullptr, [resp](CallResults& r) {
+  if (!e.empty()) return reject("Put", call, e);
+  if (refuse_foreign("Put", ctx, call, req.key())) return;
+  const CallOps ops{1, {}, req.if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req.key(), nullptr, req.value(), nullptr};
+  unary("Put", ctx, call, ops, CallResults{}, nullptr, [resp = &call->response()](CallResults& r) {
     const auto s = static_cast<OpStatus>(r.results[0]);
     if (s == OpStatus::kFull) return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the table is full");
     resp->set_result(static_cast<v1::Result>(s));
@@ -298,56 +329,56 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
   });
 }
 
-grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
-                                            v1::DeleteResponse* resp) {
-  if (auto e = bad_key(req->key(), key_width_); !e.empty()) {
-    return reject("Delete", ctx, e);
-  }
-  if (auto* refused = refuse_foreign("Delete", ctx, req->key())) return refused;
-  const CallOps ops{1, {}, OpKind::kDelete, req->key(), nullptr, {}, nullptr};
-  return unary("Delete", ctx, ops, CallResults{}, nullptr, [resp](CallResults& r) {
+void KvService::delete_key(grpc::CallbackServerContext* ctx, DeleteCall* call) {
+  const v1::DeleteRequest& req = call->request();
+  if (auto e = bad_key(req.key(), key_width_); !e.empty()) return reject("Delete", call, e);
+  if (refuse_foreign("Delete", ctx, call, req.key())) return;
+  const CallOps ops{1, {}, OpKind::kDelete, req.key(), nullptr, {}, nullptr};
+  unary("Delete", ctx, call, ops, CallResults{}, nullptr, [resp = &call->response()](CallResults& r) {
     resp->set_deleted(static_cast<OpStatus>(r.results[0]) == OpStatus::kOk);
     return grpc::Status::OK;
   });
 }
 
-grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, const v1::BatchGetRequest* req,
-                                              v1::BatchGetResponse* resp) {
-  const CallOps ops = packed(req->key_lengths_size(), OpKind::kGet, req->keys(), req->key_lengths());
-  if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
-    return reject("BatchGet", ctx, "malformed request: " + e);
-  }
-  if (const auto r = refusal(ops)) return refuse("BatchGet", ctx, *r);
-  return unary("BatchGet", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(), [resp](CallResults& r) {
+void KvService::batch_get(grpc::CallbackServerContext* ctx, BatchGetCall* call) {
+  const v1::BatchGetRequest& req = call->request();
+  const CallOps ops = packed(req.key_lengths_size(), OpKind::kGet, req.keys(), req.key_lengths());
+  if (auto e = check_columns(ops, req.keys().size(), 0, 0); !e.empty()) return reject("BatchGet", call, "malformed request: " + e);
+  if (const auto r = refusal(ops)) return refuse("BatchGet", call, *r);
+  v1::BatchGetResponse* resp = &call->response();
+  unary("BatchGet", ctx, call, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(), [resp](CallResults& r) {
     resp->mutable_values()->resize(r.values_size);
     return grpc::Status::OK;
   });
 }
 
-grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, const v1::BatchPutRequest* req,
-                                              v1::BatchPutResponse* resp) {
-  const CallOps ops = packed(req->key_lengths_size(), req->if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req->keys(),
-                             req->key_lengths(), req->values(), &req->value_lengths());
-  if (auto e = check_columns(ops, req->keys().size(), req->value_lengths_size(), req->values().size()); !e.empty()) {
-    return reject("BatchPut", ctx, "malformed request: " + e);
+void KvService::batch_put(grpc::CallbackServerContext* ctx, BatchPutCall* call) {
+  const v1::BatchPutRequest& req = call->request();
+  const CallOps ops = packed(req.key_lengths_size(), req.if_absent() ? OpKind::kPutIfAbsent : OpKind::kPut, req.keys(),
+                             req.key_lengths(), req.values(), &req.value_lengths());
+  if (auto e = check_columns(ops, req.keys().size(), req.value_lengths_size(), req.values().size()); !e.empty()) {
+    return reject("BatchPut", call, "malformed request: " + e);
   }
-  if (const auto r = refusal(ops)) return refuse("BatchPut", ctx, *r);
-  return unary("BatchPut", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
-               [](CallResults&) { return grpc::Status::OK; });
+  if (const auto r = refusal(ops)) return refuse("BatchPut", call, *r);
+  v1::BatchPutResponse* resp = &call->response();
+  unary("BatchPut", ctx, call, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
+        [](CallResults&) { return grpc::Status::OK; });
 }
 
-grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
-                                                 v1::BatchDeleteResponse* resp) {
-  const CallOps ops = packed(req->key_lengths_size(), OpKind::kDelete, req->keys(), req->key_lengths());
-  if (auto e = check_columns(ops, req->keys().size(), 0, 0); !e.empty()) {
-    return reject("BatchDelete", ctx, "malformed request: " + e);
+void KvService::batch_delete(grpc::CallbackServerContext* ctx, BatchDeleteCall* call) {
+  const v1::BatchDeleteRequest& req = call->request();
+  const CallOps ops = packed(req.key_lengths_size(), OpKind::kDelete, req.keys(), req.key_lengths());
+  if (auto e = check_columns(ops, req.keys().size(), 0, 0); !e.empty()) {
+    return reject("BatchDelete", call, "malformed request: " + e);
   }
-  if (const auto r = refusal(ops)) return refuse("BatchDelete", ctx, *r);
-  return unary("BatchDelete", ctx, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
-               [](CallResults&) { return grpc::Status::OK; });
+  if (const auto r = refusal(ops)) return refuse("BatchDelete", call, *r);
+  v1::BatchDeleteResponse* resp = &call->response();
+  unary("BatchDelete", ctx, call, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(),
+        [](CallResults&) { return grpc::Status::OK; });
 }
 
-grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest*, v1::StatsResponse* resp) {
+void KvService::stats(grpc::CallbackServerContext*, StatsCall* call) {
+  v1::StatsResponse* resp = &call->response();
   TableStats s;
   {
     std::lock_guard lock(stats_mutex_);
@@ -379,34 +410,30 @@ grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, con
   resp->set_shard_count(shard_.count());
   resp->set_wrong_shard_keys(wrong_shard_keys_.load(std::memory_order_relaxed));
   if (on_request_) on_request_("Stats", grpc::StatusCode::OK);
-  auto* reactor = ctx->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  call->finish(grpc::Status::OK);
 }
 
-grpc::ServerUnaryReactor* KvService::Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest*,
-                                              v1::SnapshotResponse* resp) {
-  auto* reactor = ctx->DefaultReactor();
+void KvService::snapshot(grpc::CallbackServerContext*, SnapshotCall* call) {
   if (!snapshotter_) {
     const grpc::Status status(grpc::StatusCode::FAILED_PRECONDITION, "this server keeps no data: it was started without --data_dir");
     count("Snapshot", status);
-    reactor->Finish(status);
-    return reactor;
+    call->finish(status);
+    return;
   }
-  snapshotter_([this, reactor, resp](const persistence::SnapshotResult& r) {
+  snapshotter_([this, call](const persistence::SnapshotResult& r) {
     grpc::Status status;
     if (!r.error.empty()) {
       status = grpc::Status(grpc::StatusCode::INTERNAL, "the snapshot failed: " + r.error);
     } else {
-      resp->set_file(r.path.string());
-      resp->set_items(r.items);
-      resp->set_bytes(r.bytes);
-      resp->set_seconds(r.seconds);
+      v1::SnapshotResponse& resp = call->response();
+      resp.set_file(r.path.string());
+      resp.set_items(r.items);
+      resp.set_bytes(r.bytes);
+      resp.set_seconds(r.seconds);
     }
     count("Snapshot", status);
-    reactor->Finish(status);
+    call->finish(status);
   });
-  return reactor;
 }
 
 namespace {
@@ -414,12 +441,14 @@ namespace {
 // One Stream call: every request read is submitted at once (so requests pipeline), and responses are
 // written one at a time in the order the requests were read (the batcher may answer calls on several
 // threads, in any order). The reactor ends after the client has half-closed and every response is written.
+// A message that does not parse as a StreamRequest ends the stream: nothing of it runs, nothing after it is
+// read, the requests before it are answered, and the stream ends INVALID_ARGUMENT.
 //
 // Flow control: a client that sends and does not read its answers would have its requests and their
 // answers pile up here without bound (73 MiB and growing, for one such stream). While the requests read and
 // not yet written hold more than kStreamHeldBytes, or number kStreamHeldRequests, the reactor reads no more
 // of them; gRPC's own flow control then holds the client's sends. A slow reader slows only itself.
-class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamReactor(KvService& service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
     StartRead(&incoming_);
@@ -435,7 +464,17 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       return;
     }
     auto item = std::make_shared<Item>();
-    item->request = std::move(incoming_);
+    const bool parsed = parse_message(incoming_, item->request);
+    incoming_.Clear();  // a paused stream holds the parsed request only
+    if (!parsed) {
+      {
+        std::lock_guard lock(mutex_);
+        reads_done_ = true;
+        ended_early_ = grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, unparsable<v1::StreamRequest>("a message"));
+      }
+      pump();
+      return;
+    }
     {
       std::lock_guard lock(mutex_);
       ++outstanding_;
@@ -461,7 +500,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
       writing_ = false;
       if (order_.front()->held) held_bytes_ -= order_.front()->held_bytes;
       order_.pop_front();
-      if (!ok) {
+      if (!ok) {  // the client is gone
         broken_ = true;
         order_.clear();
         held_bytes_ = 0;
@@ -485,6 +524,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
   struct Item {
     v1::StreamRequest request;
     v1::StreamResponse response;
+    grpc::ByteBuffer wire;  // the response serialized, once answered
     CallResults results;  // in response
     bool answered = false;  // response is complete; guarded by mutex_
     std::size_t held_bytes = 0;  // the request's, and the room its response holds for values (set by submit)
@@ -561,32 +601,41 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
     respond(item);
   }
 
+  // Serializes the answered response (on the thread that answered it) and writes it when its turn comes.
   void respond(const std::shared_ptr<Item>& item) {
+    const grpc::Status serialized = serialize_message(item->response, &item->wire);
+    v1::StreamResponse().Swap(&item->response);  // the wire bytes are what is held now
     {
       std::lock_guard lock(mutex_);
       --outstanding_;
       item->answered = true;
+      if (!serialized.ok() && ended_early_.ok()) {
+        ended_early_ = grpc::Status(grpc::StatusCode::INTERNAL, "a response could not be serialized: " + serialized.error_message());
+      }
     }
+    // Not for any message the server builds (a response's values are bounded far below protobuf's 2 GiB);
+    // should it happen, the stream ends: cancelling fails the read and writes in flight and any started later.
+    if (!serialized.ok()) ctx_->TryCancel();
     pump();
   }
 
   // Starts the next write, or finishes the call once everything is read, answered and written. Decides under
   // the lock and calls into gRPC outside it.
   void pump() {
-    const v1::StreamResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     bool finish = false;
     grpc::Status status, counted;
     {
       std::lock_guard lock(mutex_);
       if (!writing_ && !order_.empty() && order_.front()->answered && !broken_) {
         writing_ = true;
-        next = &order_.front()->response;  // the item stays alive in order_ until its write is done
+        next = &order_.front()->wire;  // the item stays alive in order_ until its write is done
       } else if (!finished_ && reads_done_ && outstanding_ == 0 && !writing_ && order_.empty()) {
         finished_ = true;
         finish = true;
-        status = first_error_;
+        status = ended_early_.ok() ? first_error_ : ended_early_;
         // A stream whose writes broke (the client went away) is counted as CANCELLED.
-        counted = broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "") : status;
+        counted = broken_ && ended_early_.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "") : status;
       }
     }
     if (next != nullptr) StartWrite(next);
@@ -598,7 +647,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
 
   KvService& service_;
   grpc::CallbackServerContext* ctx_;
-  v1::StreamRequest incoming_;  // the read in progress
+  grpc::ByteBuffer incoming_;   // the read in progress
   std::mutex mutex_;            // guards everything below
   std::deque<std::shared_ptr<Item>> order_;  // read, not yet written, in read order; front: being written
   int outstanding_ = 0;         // requests read and not yet answered
@@ -608,12 +657,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<v1::StreamRequest, v1
   bool writing_ = false;
   bool broken_ = false;         // a write failed: the client is gone
   bool finished_ = false;
-  grpc::Status first_error_;    // the stream's final status: the first failed request's, or OK
+  grpc::Status first_error_;    // the stream's final status: the first failed request's, or OK,
+  grpc::Status ended_early_;    // unless this one is set: why the stream ended before the client closed it
 };
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* KvService::Stream(grpc::CallbackServerContext* ctx) {
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvService::Stream(grpc::CallbackServerContext* ctx) {
   return new StreamReactor(*this, ctx);
 }
 

@@ -1,4 +1,5 @@
-// The gpukv.v1.KeyValue service on gRPC's callback API. Every handler turns its request into packed
+// The gpukv.v1.KeyValue service on gRPC's callback API, every method taking raw bytes and parsing them itself
+// (message_call.hpp says why). Every handler turns its request into packed
 // columns for the batcher and returns at once; the batcher's threads finish the call. No reaction blocks:
 // submitting takes the batcher's queue lock only, and Stats reads a snapshot of the table's figures taken
 // after each batch runs and before its calls are answered (a client sees its own writes counted).
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "batcher/batcher.hpp"
+#include "message_call.hpp"
 #include "persistence/durability.hpp"
 #include "gpukv/v1/kv.grpc.pb.h"
 #include "shard_filter.hpp"
@@ -25,7 +27,14 @@ inline constexpr std::size_t kMaxMessageBytes = std::size_t{256} << 20;
 inline constexpr std::size_t kStreamHeldBytes = std::size_t{64} << 20;
 inline constexpr std::size_t kStreamHeldRequests = 4096;
 
-class KvService final : public gpukv::v1::KeyValue::CallbackService {
+// Every method on raw bytes: the generated WithRawCallbackMethod_* layers, one per method.
+using KeyValueRawService = v1::KeyValue::WithRawCallbackMethod_Get<v1::KeyValue::WithRawCallbackMethod_Put<
+    v1::KeyValue::WithRawCallbackMethod_Delete<v1::KeyValue::WithRawCallbackMethod_BatchGet<
+        v1::KeyValue::WithRawCallbackMethod_BatchPut<v1::KeyValue::WithRawCallbackMethod_BatchDelete<
+            v1::KeyValue::WithRawCallbackMethod_Stream<v1::KeyValue::WithRawCallbackMethod_Stats<
+                v1::KeyValue::WithRawCallbackMethod_Snapshot<v1::KeyValue::Service>>>>>>>>>;
+
+class KvService final : public KeyValueRawService {
  public:
   // on_request(method, code) counts each finished call for the metrics, on_wrong_shard(keys) the keys
   // refused for belonging to another shard.
@@ -40,21 +49,17 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   // The table's figures after the latest batch, for Stats; batch_ops adds to the operation count.
   void update_stats(const TableStats& stats, std::uint64_t batch_ops);
 
-  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) override;
-  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const v1::PutRequest* req, v1::PutResponse* resp) override;
-  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const v1::DeleteRequest* req,
-                                   v1::DeleteResponse* resp) override;
-  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const v1::BatchGetRequest* req,
-                                     v1::BatchGetResponse* resp) override;
-  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const v1::BatchPutRequest* req,
-                                     v1::BatchPutResponse* resp) override;
-  grpc::ServerUnaryReactor* BatchDelete(grpc::CallbackServerContext* ctx, const v1::BatchDeleteRequest* req,
-                                        v1::BatchDeleteResponse* resp) override;
-  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(grpc::CallbackServerContext* ctx) override;
-  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
-                                  v1::StatsResponse* resp) override;
-  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const v1::SnapshotRequest* req,
-                                     v1::SnapshotResponse* resp) override;
+  // The methods: each parses its request (INVALID_ARGUMENT if it does not parse) and goes on below.
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* BatchDelete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                        grpc::ByteBuffer* out) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
 
   // What the Snapshot call does: asks for a snapshot and returns at once; `done` runs (on another thread)
   // with the result. Set before serving; without one, Snapshot is FAILED_PRECONDITION.
@@ -88,21 +93,45 @@ class KvService final : public gpukv::v1::KeyValue::CallbackService {
   std::uint32_t value_width() const { return value_width_; }
 
  private:
+  using GetCall = MessageCall<v1::GetRequest, v1::GetResponse>;
+  using PutCall = MessageCall<v1::PutRequest, v1::PutResponse>;
+  using DeleteCall = MessageCall<v1::DeleteRequest, v1::DeleteResponse>;
+  using BatchGetCall = MessageCall<v1::BatchGetRequest, v1::BatchGetResponse>;
+  using BatchPutCall = MessageCall<v1::BatchPutRequest, v1::BatchPutResponse>;
+  using BatchDeleteCall = MessageCall<v1::BatchDeleteRequest, v1::BatchDeleteResponse>;
+  using StatsCall = MessageCall<v1::StatsRequest, v1::StatsResponse>;
+  using SnapshotCall = MessageCall<v1::SnapshotRequest, v1::SnapshotResponse>;
+
+  // Parses a unary call's bytes into a new Call and hands it to `handle`, which finishes it (now or once its
+  // batch is answered); bytes that are not a request finish it INVALID_ARGUMENT.
+  template <class Call>
+  grpc::ServerUnaryReactor* serve(const char* method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                  grpc::ByteBuffer* out, void (KvService::*handle)(grpc::CallbackServerContext*, Call*));
+  void get(grpc::CallbackServerContext* ctx, GetCall* call);
+  void put(grpc::CallbackServerContext* ctx, PutCall* call);
+  void delete_key(grpc::CallbackServerContext* ctx, DeleteCall* call);
+  void batch_get(grpc::CallbackServerContext* ctx, BatchGetCall* call);
+  void batch_put(grpc::CallbackServerContext* ctx, BatchPutCall* call);
+  void batch_delete(grpc::CallbackServerContext* ctx, BatchDeleteCall* call);
+  void stats(grpc::CallbackServerContext* ctx, StatsCall* call);
+  void snapshot(grpc::CallbackServerContext* ctx, SnapshotCall* call);
+
   // Finishes a call with INVALID_ARGUMENT (and counts it).
-  grpc::ServerUnaryReactor* reject(const char* method, grpc::CallbackServerContext* ctx, std::string message);
-  // A single-key call's key that belongs to another shard: FAILED_PRECONDITION naming the owner, with its
-  // index in the trailing metadata gpukv-owner-shard (and counted). Null if this shard owns the key.
-  grpc::ServerUnaryReactor* refuse_foreign(const char* method, grpc::CallbackServerContext* ctx, std::string_view key);
+  void reject(const char* method, FinishableCall* call, std::string message);
+  // A single-key call's key that belongs to another shard: finishes the call FAILED_PRECONDITION naming the
+  // owner, with its index in the trailing metadata gpukv-owner-shard (and counts it). False if this shard
+  // owns the key.
+  bool refuse_foreign(const char* method, grpc::CallbackServerContext* ctx, FinishableCall* call, std::string_view key);
   void count_wrong_shard(std::size_t keys);
   // Finishes a call with a refusal's status (and counts it).
-  grpc::ServerUnaryReactor* refuse(const char* method, grpc::CallbackServerContext* ctx, const Refusal& refusal);
+  void refuse(const char* method, FinishableCall* call, const Refusal& refusal);
   // Submits a unary call whose results go to `results` (its response's fields); respond(results) finishes
   // the response and gives the call's status. A single-key call (count 1) passes null length columns and a
   // null result and value length: the call keeps those itself.
   // A batch call's response lists the owners of its foreign keys in `owners` (null for a single-key call).
   template <class Respond>
-  grpc::ServerUnaryReactor* unary(const char* method, grpc::CallbackServerContext* ctx, CallOps ops, CallResults results,
-                                  google::protobuf::RepeatedField<std::uint32_t>* owners, Respond respond);
+  void unary(const char* method, grpc::CallbackServerContext* ctx, FinishableCall* call, CallOps ops, CallResults results,
+             google::protobuf::RepeatedField<std::uint32_t>* owners, Respond respond);
 
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;

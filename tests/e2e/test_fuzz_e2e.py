@@ -1,13 +1,16 @@
 """End-to-end fuzzing of every RPC of the real server binary: random bytes and mutations of valid encodings of
 each request message (bit flips, cut-offs, inserted and overwritten bytes, repeated stretches), sent raw through
 gRPC. Promised: the server never crashes or hangs, whatever it is sent; a call it rejects (any status but OK)
-changes no stored data; and data no fuzzed call names (canary keys) is untouched at the end.
+changes no stored data; data no fuzzed call names (canary keys) is untouched at the end; and bytes that do not
+parse as the request are answered INVALID_ARGUMENT naming the message expected (a Stream answers the requests
+before such a message and then ends INVALID_ARGUMENT, running nothing of it or after it).
 
 FUZZ_CALLS sets the calls per RPC (1000; GPUKV_LONG=1: 100000). GPUKV_SERVER may name an AddressSanitizer build
 (tests/run_all.sh runs this file against one too).
 """
 import os
 import random
+import urllib.request
 
 import grpc
 import pytest
@@ -16,6 +19,11 @@ from test_server_e2e import Server, kv_pb2, packed
 
 CALLS = int(os.environ.get("FUZZ_CALLS", 100000 if os.environ.get("GPUKV_LONG") == "1" else 1000))
 SERVICE = "/gpukv.v1.KeyValue/"
+# What a fuzzed call may end with: served, refused as bad input, or refused as too large to take.
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED}
+# Bytes no request message parses from: field 31 of wire type 7 (no such type), and a length-delimited
+# field 1 whose length runs past the end.
+UNPARSABLE = [b"\xff", b"\x0a\x05ab", b"\x08"]
 
 
 def seeds():
@@ -70,6 +78,14 @@ def server():
     assert s.stop() == 0
 
 
+def parses(message, data):
+    try:
+        message.FromString(data)
+        return True
+    except Exception:  # the protobuf runtime's DecodeError, whichever runtime is installed
+        return False
+
+
 def canaries(server):
     keys = [f"canary:{i}".encode() for i in range(50)]
     blob, lengths = packed(keys)
@@ -93,8 +109,11 @@ def test_fuzzed_requests_never_crash_the_server_and_rejected_ones_change_nothing
     if method == "Stream":
         call = server.channel.stream_stream(SERVICE + method, request_serializer=None, response_deserializer=None)
         # Streams of a few requests each, so that a stream the server ends early does not end the fuzzing.
-        for _ in range(max(1, CALLS // 10)):
+        # Half the streams carry only messages that parse, since one that does not ends its stream there.
+        for n in range(max(1, CALLS // 10)):
             requests = [mutate(rng, seed) for _ in range(10)]
+            if n % 2 == 0:
+                requests = [r if parses(kv_pb2.StreamRequest, r) else seed for r in requests]
             try:
                 for _ in call(iter(requests), timeout=10):
                     pass
@@ -103,6 +122,7 @@ def test_fuzzed_requests_never_crash_the_server_and_rejected_ones_change_nothing
                 code = e.code()
             codes[code] = codes.get(code, 0) + 1
             assert code != grpc.StatusCode.DEADLINE_EXCEEDED, "a fuzzed stream hung"
+            assert code in ALLOWED, f"a fuzzed stream ended {code}: {requests!r}"
     else:
         call = server.channel.unary_unary(SERVICE + method, request_serializer=None, response_deserializer=None)
         for i in range(CALLS):
@@ -118,6 +138,7 @@ def test_fuzzed_requests_never_crash_the_server_and_rejected_ones_change_nothing
                 code = e.code()
             codes[code] = codes.get(code, 0) + 1
             assert code != grpc.StatusCode.DEADLINE_EXCEEDED, f"a fuzzed {method} hung: {request!r}"
+            assert code in ALLOWED, f"a fuzzed {method} ended {code}: {request!r}"
             if check and code != grpc.StatusCode.OK:
                 assert items(server) == before, f"a rejected {method} ({code}) changed the table: {request!r}"
     assert server.proc.poll() is None, f"the server died fuzzing {method}; status counts {codes}"
@@ -125,3 +146,49 @@ def test_fuzzed_requests_never_crash_the_server_and_rejected_ones_change_nothing
     assert got.results == bytes([kv_pb2.RESULT_OK]) * len(keys)
     assert got.values == b"".join(values), "a fuzzed call changed keys it did not name"
     print(f"{method}: {sum(codes.values())} calls, {dict((c.name, n) for c, n in codes.items())}")
+
+
+def requests_counted(server, method, code):
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    for line in body.splitlines():
+        if line.startswith("gpukv_requests_total{") and f'method="{method}"' in line and f'code="{code}"' in line:
+            return int(float(line.split()[-1]))
+    return 0
+
+
+@pytest.mark.parametrize("method,message", [
+    ("Get", "GetRequest"), ("Put", "PutRequest"), ("Delete", "DeleteRequest"), ("BatchGet", "BatchGetRequest"),
+    ("BatchPut", "BatchPutRequest"), ("BatchDelete", "BatchDeleteRequest"), ("Stats", "StatsRequest"),
+    ("Snapshot", "SnapshotRequest")])
+def test_bytes_that_are_not_the_request_are_invalid_argument_naming_the_message(server, method, message):
+    call = server.channel.unary_unary(SERVICE + method, request_serializer=None, response_deserializer=None)
+    before_items = items(server)
+    before = requests_counted(server, method, "INVALID_ARGUMENT")
+    for data in UNPARSABLE:
+        with pytest.raises(grpc.RpcError) as err:
+            call(data, timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (data, err.value)
+        assert err.value.details() == f"the request does not parse as gpukv.v1.{message}"
+    assert requests_counted(server, method, "INVALID_ARGUMENT") == before + len(UNPARSABLE)
+    assert items(server) == before_items
+
+
+def test_a_stream_message_that_does_not_parse_ends_the_stream_after_answering_the_ones_before():
+    s = Server("--capacity=20000", "--key_width=16", "--value_width=64")
+    try:
+        call = s.channel.stream_stream(SERVICE + "Stream", request_serializer=None, response_deserializer=None)
+        put = lambda i, key: kv_pb2.StreamRequest(id=i, ops=bytes([kv_pb2.OP_PUT]), keys=key, key_lengths=[len(key)],
+                                                  values=b"v", value_lengths=[1]).SerializeToString()
+        for data in UNPARSABLE:
+            replies = []
+            with pytest.raises(grpc.RpcError) as err:
+                for reply in call(iter([put(1, b"before"), data, put(3, b"after")]), timeout=10):
+                    replies.append(kv_pb2.StreamResponse.FromString(reply))
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (data, err.value)
+            assert err.value.details() == "a message does not parse as gpukv.v1.StreamRequest"
+            assert [r.id for r in replies] == [1] and replies[0].results == bytes([kv_pb2.RESULT_OK])
+            got = s.stub.BatchGet(kv_pb2.BatchGetRequest(keys=b"beforeafter", key_lengths=[6, 5]), timeout=10)
+            assert got.results == bytes([kv_pb2.RESULT_OK, kv_pb2.RESULT_NOT_FOUND]), "the request after it ran"
+        assert requests_counted(s, "Stream", "INVALID_ARGUMENT") == len(UNPARSABLE)
+    finally:
+        assert s.stop() == 0

@@ -1,0 +1,73 @@
+// The service takes every request as gRPC bytes and parses it itself. gRPC's typed callback handlers parse
+// before any handler runs, and answer bytes that do not parse as the request with a status a client cannot
+// tell from a missing method (UNIMPLEMENTED, no message); a typed Stream ends OK as if the client had closed
+// it. Parsing here answers INVALID_ARGUMENT naming the message expected, as README promises for bad input.
+// Parsing and serializing cost what they cost in the typed handlers: the same protobuf calls on the same
+// buffers, only made here (bench/RESULTS.md, "Requests parsed by the service").
+#pragma once
+
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
+
+namespace gpukv::server {
+
+// Parses bytes into a message; false if they are not one.
+template <class Message>
+bool parse_message(const grpc::ByteBuffer& bytes, Message& message) {
+  // The reader takes a mutable buffer but only reads its slices (gRPC's own parsing would also clear it).
+  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
+  return reader.status().ok() && message.ParseFromZeroCopyStream(&reader);
+}
+
+// Serializes a message into gRPC's buffer.
+template <class Message>
+grpc::Status serialize_message(const Message& message, grpc::ByteBuffer* bytes) {
+  bool own_buffer = false;
+  return grpc::SerializationTraits<Message>::Serialize(message, bytes, &own_buffer);
+}
+
+// Why a message's bytes were refused: names the message they should have been.
+template <class Message>
+std::string unparsable(const char* what = "the request") {
+  return std::string(what) + " does not parse as " + Message::descriptor()->full_name();
+}
+
+// A unary call as the handlers see it, from its bytes parsed to its answer serialized: finish() is how every
+// handler ends its call.
+class FinishableCall {
+ public:
+  virtual ~FinishableCall() = default;
+  // Serializes the response into gRPC's buffer (when the status is OK), deletes the call (gRPC keeps
+  // nothing of it) and finishes it on gRPC's default reactor, whose reactions run inline.
+  virtual void finish(grpc::Status status) = 0;
+};
+
+// One unary call's request and response messages.
+template <class Request, class Response>
+class MessageCall final : public FinishableCall {
+ public:
+  MessageCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out) : reactor_(ctx->DefaultReactor()), out_(out) {}
+
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+  bool parse(const grpc::ByteBuffer& in) { return parse_message(in, request_); }
+  const Request& request() const { return request_; }
+  Response& response() { return response_; }
+
+  void finish(grpc::Status status) override {
+    if (status.ok()) status = serialize_message(response_, out_);
+    grpc::ServerUnaryReactor* reactor = reactor_;
+    delete this;
+    reactor->Finish(status);
+  }
+
+ private:
+  grpc::ServerUnaryReactor* const reactor_;
+  grpc::ByteBuffer* const out_;  // gRPC's, valid until the call is finished
+  Request request_;
+  Response response_;
+};
+
+}  // namespace gpukv::server
