@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root: two gpukv-server variants on the GPU backend,
 # alternating for ROUNDS rounds (default 2), on the lines where a call's time in the batching pipeline
-# matters: unary, 1000- and 10000-key batches from one gpukv-load process, and the same batches from four
+# matters: unary, 1000- and 10000-key batches and streamed groups of 64 from one gpukv-load process, and the same batches from four
 # (with the cores each kind of server thread used, and the batch metrics). A variant is "name=binary flags...",
 # the binary relative to the bundle's bin/; e.g.
 #   bash bench/device/server_ab.sh "before=gpukv-server.before" "after=gpukv-server"
@@ -24,6 +24,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     load_then_metrics $t --mode=unary --callers=128 --get=1 --put=0
     load_then_metrics $t --mode=batch --batch=1000 --callers=32 --get=1 --put=0
     load_then_metrics $t --mode=batch --batch=10000 --callers=16 --get=1 --put=0
+    load_then_metrics $t --mode=stream --batch=64 --callers=32 --depth=8 --get=1 --put=0
     cpu_of "$name-batch1000" load $t --mode=batch --batch=1000 --callers=32 --processes=4 --get=1 --put=0
     batch_metrics
     cpu_of "$name-batch10000" load $t --mode=batch --batch=10000 --callers=16 --processes=4 --get=1 --put=0

@@ -263,7 +263,7 @@ grpc::ServerUnaryReactor* KvService::serve(const char* method, grpc::CallbackSer
                                            grpc::ByteBuffer* out, void (KvService::*handle)(grpc::CallbackServerContext*, Call*)) {
   auto* call = new Call(ctx, out);  // deleted when finished
   grpc::ServerUnaryReactor* reactor = call->reactor();  // the call may be finished before handle returns
-  if (!call->parse(*in)) {
+  if (!call->parse(in)) {
     reject(method, call, unparsable<std::remove_cvref_t<decltype(call->request())>>());
   } else {
     (this->*handle)(ctx, call);
@@ -464,8 +464,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
       return;
     }
     auto item = std::make_shared<Item>();
-    const bool parsed = parse_message(incoming_, item->request);
-    incoming_.Clear();  // a paused stream holds the parsed request only
+    const bool parsed = consume_message(&incoming_, item->request);  // a paused stream holds the parsed request only
     if (!parsed) {
       {
         std::lock_guard lock(mutex_);

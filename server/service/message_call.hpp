@@ -14,12 +14,19 @@
 
 namespace gpukv::server {
 
-// Parses bytes into a message; false if they are not one.
+// Parses bytes into a message and releases them; false if they are not one. Releasing is what gRPC's typed
+// handlers do too: a large BatchPut is then held once (parsed) while it waits for its batch, not twice.
+// gRPC reads nothing of a request's buffer once the handler has it.
 template <class Message>
-bool parse_message(const grpc::ByteBuffer& bytes, Message& message) {
-  // The reader takes a mutable buffer but only reads its slices (gRPC's own parsing would also clear it).
-  grpc::ProtoBufferReader reader(const_cast<grpc::ByteBuffer*>(&bytes));
-  return reader.status().ok() && message.ParseFromZeroCopyStream(&reader);
+bool consume_message(const grpc::ByteBuffer* bytes, Message& message) {
+  auto* buffer = const_cast<grpc::ByteBuffer*>(bytes);  // gRPC's: the handler's to consume
+  bool parsed;
+  {
+    grpc::ProtoBufferReader reader(buffer);
+    parsed = reader.status().ok() && message.ParseFromZeroCopyStream(&reader);
+  }
+  buffer->Clear();
+  return parsed;
 }
 
 // Serializes a message into gRPC's buffer.
@@ -40,8 +47,8 @@ std::string unparsable(const char* what = "the request") {
 class FinishableCall {
  public:
   virtual ~FinishableCall() = default;
-  // Serializes the response into gRPC's buffer (when the status is OK), deletes the call (gRPC keeps
-  // nothing of it) and finishes it on gRPC's default reactor, whose reactions run inline.
+  // Serializes the response into gRPC's buffer (when the status is OK), finishes the call on gRPC's
+  // default reactor (whose reactions run inline) and deletes it: gRPC keeps nothing of it.
   virtual void finish(grpc::Status status) = 0;
 };
 
@@ -52,15 +59,15 @@ class MessageCall final : public FinishableCall {
   MessageCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out) : reactor_(ctx->DefaultReactor()), out_(out) {}
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
-  bool parse(const grpc::ByteBuffer& in) { return parse_message(in, request_); }
+  // Parses the request from gRPC's buffer, releasing it.
+  bool parse(const grpc::ByteBuffer* in) { return consume_message(in, request_); }
   const Request& request() const { return request_; }
   Response& response() { return response_; }
 
   void finish(grpc::Status status) override {
     if (status.ok()) status = serialize_message(response_, out_);
-    grpc::ServerUnaryReactor* reactor = reactor_;
-    delete this;
-    reactor->Finish(status);
+    reactor_->Finish(status);
+    delete this;  // after answering, so that freeing the messages does not delay the answer
   }
 
  private:
