@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root: two gpukv-server variants on the GPU backend,
 # alternating for ROUNDS rounds (default 2), on the lines where a call's time in the batching pipeline
-# matters: unary, 1000- and 10000-key batches and streamed groups of 64 from one gpukv-load process, and the same batches from four
-# (with the cores each kind of server thread used, and the batch metrics). A variant is "name=binary flags...",
-# the binary relative to the bundle's bin/; e.g.
+# matters: unary, 1000- and 10000-key batches and streamed groups of 64 from one gpukv-load process, and the
+# same batches from four (with the cores each kind of server thread used, and the batch metrics). A variant
+# is "name=binary flags...", the binary relative to the bundle's bin/; e.g.
 #   bash bench/device/server_ab.sh "before=gpukv-server.before" "after=gpukv-server"
 #   bash bench/device/server_ab.sh "off=gpukv-server --launch_when_idle=false" "on=gpukv-server --launch_when_idle=true"
 # Logs to $OUT/server_ab.log.
