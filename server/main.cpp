@@ -50,6 +50,13 @@ ABSL_FLAG(bool, launch_when_idle, false,
           "partial batch waits out --max_queue_delay)");
 ABSL_FLAG(std::string, tls_cert, "", "TLS certificate (PEM); plaintext when empty");
 ABSL_FLAG(std::string, tls_key, "", "TLS private key (PEM)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "mutual TLS: CA certificate (PEM) that client certificates must be signed by; clients without one fail the "
+          "handshake (needs --tls_cert); empty: no client certificate asked");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file holding a bearer token (16 to 4096 visible ASCII characters) that every KeyValue call must carry as "
+          "metadata 'authorization: Bearer <token>', or be answered UNAUTHENTICATED; health checks and reflection "
+          "stay open; empty: no token asked");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, data_dir, "",
@@ -167,6 +174,8 @@ int main(int argc, char** argv) {
   options.batcher.launch_when_idle = absl::GetFlag(FLAGS_launch_when_idle);
   options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
 
   try {
     options.shard_count = absl::GetFlag(FLAGS_shard_count);

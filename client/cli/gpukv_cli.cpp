@@ -53,6 +53,9 @@ ABSL_FLAG(std::uint32_t, shard_count, 0, "shard-of: the number of shards (0: as 
 ABSL_FLAG(std::uint32_t, timeout_ms, 5000, "deadline of each call attempt, milliseconds");
 ABSL_FLAG(bool, if_absent, false, "put / batch-put: store only keys that are absent");
 ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to trust; plaintext when empty");
+ABSL_FLAG(std::string, tls_cert, "", "this client's certificate (PEM), for a server that asks for one (mutual TLS); with --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "the private key (PEM) of --tls_cert");
+ABSL_FLAG(std::string, token_file, "", "file holding the bearer token the server asks for (its --auth_token_file)");
 ABSL_FLAG(std::uint32_t, group, 100, "stream: operations per group");
 ABSL_FLAG(std::uint32_t, snapshot_timeout_s, 600, "snapshot: how long to wait for the snapshot, seconds");
 
@@ -352,9 +355,12 @@ int main(int argc, char** argv) {
   options.target = absl::GetFlag(FLAGS_target);
   options.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   options.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key = absl::GetFlag(FLAGS_tls_key);
   std::string targets = absl::GetFlag(FLAGS_targets);
   if (targets.empty() && std::getenv("GPUKV_TARGETS") != nullptr) targets = std::getenv("GPUKV_TARGETS");
   try {
+    if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) options.auth_token = gpukv::client::read_token_file(file);
     std::vector<std::string> shards;
     if (!targets.empty()) shards = gpukv::client::parse_targets(targets);
     if (command == "shard-of" && args.size() <= 3) {

@@ -40,6 +40,10 @@
 #include "load.hpp"
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051", "server address");
+ABSL_FLAG(std::string, tls_ca, "", "CA certificate (PEM) to trust; plaintext when empty");
+ABSL_FLAG(std::string, tls_cert, "", "this client's certificate (PEM), for a server that asks for one (mutual TLS); with --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "the private key (PEM) of --tls_cert");
+ABSL_FLAG(std::string, token_file, "", "file holding the bearer token the server asks for (its --auth_token_file)");
 ABSL_FLAG(std::string, targets, "",
           "a cluster's shards in shard order, host:port,... with {a..b} ranges (gpukv-{0..1}.gpukv-shards.gpukv.svc:50051); "
           "default $GPUKV_TARGETS; empty: the one server at --target");
@@ -89,6 +93,16 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   }
   s.client.timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   s.client.max_attempts = 1;  // measure the server, not the retries
+  s.client.tls_ca = absl::GetFlag(FLAGS_tls_ca);
+  s.client.tls_cert = absl::GetFlag(FLAGS_tls_cert);
+  s.client.tls_key = absl::GetFlag(FLAGS_tls_key);
+  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+    try {
+      s.client.auth_token = gpukv::client::read_token_file(file);
+    } catch (const std::exception& e) {
+      return std::string("--token_file: ") + e.what();
+    }
+  }
   s.batch = absl::GetFlag(FLAGS_batch);
   s.depth = absl::GetFlag(FLAGS_depth);
   s.callers = absl::GetFlag(FLAGS_callers);

@@ -14,16 +14,56 @@
 namespace gpukv::client {
 namespace {
 
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
 std::shared_ptr<grpc::ChannelCredentials> credentials(const ClientOptions& o) {
-  if (o.tls_ca.empty()) return grpc::InsecureChannelCredentials();
-  std::ifstream in(o.tls_ca);
-  if (!in) throw std::runtime_error("cannot read " + o.tls_ca);
-  std::ostringstream pem;
-  pem << in.rdbuf();
+  if (o.tls_ca.empty()) {
+    if (!o.tls_cert.empty() || !o.tls_key.empty()) throw std::invalid_argument("a client certificate needs TLS: give tls_ca too");
+    return grpc::InsecureChannelCredentials();
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) throw std::invalid_argument("a client certificate needs its key, and a key its certificate");
   grpc::SslCredentialsOptions ssl;
-  ssl.pem_root_certs = pem.str();
+  ssl.pem_root_certs = read_file(o.tls_ca);
+  if (!o.tls_cert.empty()) {
+    ssl.pem_cert_chain = read_file(o.tls_cert);
+    ssl.pem_private_key = read_file(o.tls_key);
+  }
   return grpc::SslCredentials(ssl);
 }
+
+// Adds "authorization: Bearer <token>" to every call of a channel. An interceptor rather than call
+// credentials: gRPC sends call credentials over TLS only, and a token also serves a plaintext server on a
+// trusted network (a sidecar on 127.0.0.1).
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string& header) : header_(header) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace("authorization", header_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string& header_;  // the factory's, which the channel keeps
+};
+
+class BearerTokenFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenFactory(const std::string& token) : header_("Bearer " + token) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new BearerTokenInterceptor(header_);
+  }
+
+ private:
+  const std::string header_;
+};
 
 // One Result byte per key, as the batch calls return them.
 grpc::Status unpack_results(std::size_t ops, const std::string& packed, std::vector<v1::Result>* results) {
@@ -43,10 +83,19 @@ std::shared_ptr<grpc::Channel> make_channel(const ClientOptions& o) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  return grpc::CreateCustomChannel(o.target, credentials(o), args);
+  if (o.auth_token.empty()) return grpc::CreateCustomChannel(o.target, credentials(o), args);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<BearerTokenFactory>(o.auth_token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(o.target, credentials(o), args, std::move(interceptors));
 }
 
 }  // namespace
+
+std::string read_token_file(const std::string& path) {
+  std::string token = read_file(path);
+  token.erase(token.find_last_not_of(" \t\r\n") + 1);
+  return token;
+}
 
 const char* status_code_name(grpc::StatusCode code) {
   switch (code) {
@@ -58,6 +107,7 @@ const char* status_code_name(grpc::StatusCode code) {
     case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
     case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
     case grpc::StatusCode::INTERNAL: return "INTERNAL";
+    case grpc::StatusCode::UNAUTHENTICATED: return "UNAUTHENTICATED";
     default: return "ERROR";
   }
 }

@@ -123,6 +123,21 @@ void KvService::count(const char* method, const grpc::Status& status) {
 
 constexpr const char* kStartingOrDraining = "the server is starting or draining";
 
+namespace {
+
+grpc::Status unauthenticated() {
+  return {grpc::StatusCode::UNAUTHENTICATED, "this server takes calls with its bearer token only (metadata authorization: Bearer <token>)"};
+}
+
+// A Stream refused before it starts: finishes at once, reads nothing.
+class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
 std::optional<KvService::Refusal> KvService::refusal(const CallOps& ops) const {
   if (batcher_.load() == nullptr) return Refusal{CallCode::kUnavailable, kStartingOrDraining};
   if (ops.count > max_call_ops_.load()) return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
@@ -263,7 +278,11 @@ grpc::ServerUnaryReactor* KvService::serve(const char* method, grpc::CallbackSer
                                            grpc::ByteBuffer* out, void (KvService::*handle)(grpc::CallbackServerContext*, Call*)) {
   auto* call = new Call(ctx, out);  // deleted when finished
   grpc::ServerUnaryReactor* reactor = call->reactor();  // the call may be finished before handle returns
-  if (!call->parse(in)) {
+  if (!admitted(*ctx)) {
+    const grpc::Status status = unauthenticated();
+    count(method, status);
+    call->finish(status);
+  } else if (!call->parse(in)) {
     reject(method, call, unparsable<std::remove_cvref_t<decltype(call->request())>>());
   } else {
     (this->*handle)(ctx, call);
@@ -663,6 +682,11 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 }  // namespace
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvService::Stream(grpc::CallbackServerContext* ctx) {
+  if (!admitted(*ctx)) {
+    const grpc::Status status = unauthenticated();
+    count("Stream", status);
+    return new RefusedStream(status);
+  }
   return new StreamReactor(*this, ctx);
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "batcher/batcher.hpp"
+#include "bearer_token.hpp"
 #include "message_call.hpp"
 #include "persistence/durability.hpp"
 #include "gpukv/v1/kv.grpc.pb.h"
@@ -65,6 +66,8 @@ class KvService final : public KeyValueRawService {
   // with the result. Set before serving; without one, Snapshot is FAILED_PRECONDITION.
   using SnapshotDone = std::function<void(const persistence::SnapshotResult&)>;
   void set_snapshotter(std::function<void(SnapshotDone)> snapshotter) { snapshotter_ = std::move(snapshotter); }
+  // Every call must carry this token (bearer_token.hpp); calls without it are UNAUTHENTICATED. Set before serving.
+  void require_token(BearerToken token) { token_.emplace(std::move(token)); }
 
   // Submits packed columns; `done` runs once with the batcher's outcome (results filled when kOk), or with
   // kUnavailable when no batcher is attached. `done` counts the call, with the status the call ends with (a
@@ -116,6 +119,8 @@ class KvService final : public KeyValueRawService {
   void stats(grpc::CallbackServerContext* ctx, StatsCall* call);
   void snapshot(grpc::CallbackServerContext* ctx, SnapshotCall* call);
 
+  // Whether the call may run: true when no token is required or it carries the token.
+  bool admitted(const grpc::CallbackServerContext& ctx) const { return !token_ || token_->admits(ctx); }
   // Finishes a call with INVALID_ARGUMENT (and counts it).
   void reject(const char* method, FinishableCall* call, std::string message);
   // A single-key call's key that belongs to another shard: finishes the call FAILED_PRECONDITION naming the
@@ -140,6 +145,7 @@ class KvService final : public KeyValueRawService {
   const std::function<void(std::size_t)> on_wrong_shard_;
   std::atomic<std::uint64_t> wrong_shard_keys_{0};  // for Stats
   std::function<void(SnapshotDone)> snapshotter_;
+  std::optional<BearerToken> token_;
   std::atomic<Batcher*> batcher_{nullptr};
   std::atomic<std::size_t> max_call_ops_{0};  // the attached batcher's queue bound
 

@@ -39,14 +39,15 @@ std::size_t status_code_index(grpc::StatusCode code) {
     case grpc::StatusCode::UNAVAILABLE: return 5;
     case grpc::StatusCode::INTERNAL: return 6;
     case grpc::StatusCode::FAILED_PRECONDITION: return 7;  // a unary call of another shard's key
-    default: return 8;
+    case grpc::StatusCode::UNAUTHENTICATED: return 8;      // a call without the bearer token
+    default: return 9;
   }
 }
 
 const char* status_code_name(grpc::StatusCode code) {
   static constexpr const char* kNames[] = {"OK", "CANCELLED", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
                                            "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "FAILED_PRECONDITION",
-                                           "OTHER"};
+                                           "UNAUTHENTICATED", "OTHER"};
   static_assert(std::size(kNames) == Metrics::kStatusNames, "one name per index of status_code_index");
   return kNames[status_code_index(code)];
 }

@@ -44,7 +44,7 @@ class Metrics {
   void on_table(const TableStats& table, std::size_t queued_ops);
 
  public:
-  static constexpr std::size_t kStatusNames = 9;  // the names status_code_name gives
+  static constexpr std::size_t kStatusNames = 10;  // the names status_code_name gives
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

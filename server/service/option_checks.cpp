@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <stdexcept>
 #include <thread>
+
+#include "bearer_token.hpp"
 
 namespace gpukv::server {
 namespace {
@@ -47,9 +50,19 @@ std::string check_options(const ServerOptions& o) {
     return "--shard_index must be below --shard_count (" + std::to_string(o.shard_count) + "), got " + std::to_string(o.shard_index);
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) return "--tls_cert and --tls_key go together: give both, or neither for plaintext";
-  for (const std::string& file : {o.tls_cert, o.tls_key}) {
+  if (!o.tls_client_ca.empty() && o.tls_cert.empty()) {
+    return "--tls_client_ca asks clients for certificates during the TLS handshake: it needs --tls_cert and --tls_key";
+  }
+  for (const std::string& file : {o.tls_cert, o.tls_key, o.tls_client_ca}) {
     std::error_code ec;
     if (!file.empty() && !std::filesystem::is_regular_file(file, ec)) return "cannot read the TLS file " + file;
+  }
+  if (!o.auth_token_file.empty()) {
+    try {
+      static_cast<void>(BearerToken::from_file(o.auth_token_file));
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
   }
   return {};
 }

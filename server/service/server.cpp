@@ -26,6 +26,10 @@ std::shared_ptr<grpc::ServerCredentials> credentials(const ServerOptions& o) {
   if (o.tls_cert.empty() || o.tls_key.empty()) throw std::invalid_argument("TLS needs both a certificate and a key");
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back({read_file(o.tls_key), read_file(o.tls_cert)});
+  if (!o.tls_client_ca.empty()) {  // mutual TLS: the handshake fails for a client without a certificate of this CA
+    ssl.pem_root_certs = read_file(o.tls_client_ca);
+    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
   return grpc::SslServerCredentials(ssl);
 }
 
@@ -45,6 +49,12 @@ Server::Server(const ServerOptions& options) : options_(options) {
       options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count),
       [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); },
       [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); });
+  if (!options_.auth_token_file.empty()) {
+    service_->require_token(BearerToken::from_file(options_.auth_token_file));
+    if (options_.tls_cert.empty()) {
+      spdlog::warn("--auth_token_file without --tls_cert: the token crosses the network in plaintext, readable by anyone on the path");
+    }
+  }
   if (!options_.durability.data_dir.empty()) {
     // Set before serving; the data directory is ready only once it is loaded.
     service_->set_snapshotter([this](KvService::SnapshotDone done) {

@@ -29,6 +29,8 @@ struct ServerOptions {
   BatcherConfig batcher;
   std::string tls_cert;  // PEM files; plaintext when both are empty
   std::string tls_key;
+  std::string tls_client_ca;    // PEM of the CA client certificates must be signed by (mutual TLS); empty: none asked
+  std::string auth_token_file;  // the bearer token every call must carry (bearer_token.hpp); empty: none
   // Cluster mode: this server is shard shard_index of shard_count and refuses the keys of the others.
   std::uint32_t shard_index = 0;
   std::uint32_t shard_count = 1;

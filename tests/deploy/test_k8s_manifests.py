@@ -255,3 +255,46 @@ def test_the_shard_count_is_the_same_for_the_statefulset_the_servers_and_the_cli
                          capture_output=True, text=True, timeout=30)
     assert run.returncode == 0, run.stderr
     assert {int(line.split("\t")[1]) for line in run.stdout.splitlines()} == set(range(replicas))
+
+
+# -- the overlay with access control (deploy/k8s-secure) ----------------------------------------------------------
+
+def test_the_access_overlay_mounts_what_its_flags_name_and_probes_over_tls():
+    """deploy/k8s-secure, rendered by `kubectl kustomize`: every resource valid and strict, the StatefulSet's
+    added variables real server flags naming files on read-only mounts of the Secrets the kustomization says to
+    create, and probes that run the CLI over TLS with those files (native gRPC probes speak plaintext)."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the overlay cannot be rendered")
+    overlay = os.path.join(os.path.dirname(K8S), "k8s-secure")
+    out = subprocess.run([kubectl, "kustomize", overlay], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rendered = [d for d in yaml.safe_load_all(out.stdout) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in rendered) == \
+        sorted((d["kind"], d["metadata"]["name"]) for d in resources())
+    for d in rendered:
+        if not d["apiVersion"].startswith("monitoring.coreos.com/"):
+            kubernetes_validate.validate(d, KUBERNETES_VERSIONS[-1], strict=True)
+    (sts,) = [d for d in rendered if d["kind"] == "StatefulSet"]
+    spec = sts["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    env = {e["name"]: e["value"] for e in c["env"]}
+    flags = server_flags()
+    assert set(env) == {"GPUKV_TLS_CERT", "GPUKV_TLS_KEY", "GPUKV_TLS_CLIENT_CA", "GPUKV_AUTH_TOKEN_FILE"}
+    assert all(k[len("GPUKV_"):].lower() in flags for k in env)
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    instructions = read(os.path.join(overlay, "kustomization.yaml"))
+    for file in env.values():
+        mount = mounts[os.path.dirname(file)]
+        assert mount.get("readOnly") is True, mount
+        secret = secrets[mount["name"]]
+        # The kustomization's comment creates that Secret with that key.
+        assert f"create secret generic {secret}" in instructions and f"--from-file={os.path.basename(file)}=" in instructions
+    grpc_port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert "grpc" not in c[probe], probe
+        command = c[probe]["exec"]["command"]
+        assert command[0] == "gpukv" and command[-1] == "health" and f"--target=127.0.0.1:{grpc_port}" in command
+        for flag, var in (("tls_ca", "GPUKV_TLS_CLIENT_CA"), ("tls_cert", "GPUKV_TLS_CERT"), ("tls_key", "GPUKV_TLS_KEY")):
+            assert f"--{flag}={env[var]}" in command, (probe, flag)

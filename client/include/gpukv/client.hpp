@@ -25,7 +25,14 @@ struct ClientOptions {
   int max_attempts = 4;                     // 1 + retries on UNAVAILABLE
   std::chrono::milliseconds first_backoff{50};
   std::string tls_ca;                       // PEM of the CA to trust; plaintext when empty
+  std::string tls_cert;                     // this client's certificate and key (PEM files), for a server that
+  std::string tls_key;                      //   asks for one (mutual TLS); with tls_ca
+  std::string auth_token;                   // sent with every call as "authorization: Bearer <token>"; none when empty
 };
+
+// A bearer token kept in a file, as the server's --auth_token_file reads it: the content less trailing white
+// space. Throws std::runtime_error if the file cannot be read.
+std::string read_token_file(const std::string& path);
 
 // The result of one key in a batch, and its value for a GET that found it.
 struct KeyResult {
