@@ -6,8 +6,8 @@
 # Usage: install-deps.sh [GROUP...]    (no group: build)
 #   build   compilers, CMake and the libraries the server, client and tests are built with (docker/Dockerfile's
 #           build stage installs this group)
-#   test    tools the monitoring tests run for real: prometheus (the server, for the end-to-end test) and
-#           promtool (which the same package ships)
+#   test    tools the tests run for real: prometheus (the server, for the end-to-end test) and promtool (which
+#           the same package ships); openssl (the command), which makes the certificates of the TLS tests
 #   image   tools the opt-in image test (tests/deploy/image_test.sh) builds and runs the container image with:
 #           buildah and debootstrap
 set -euo pipefail
@@ -18,8 +18,8 @@ for group in "${groups[@]}"; do
   case "$group" in
     build) packages+=(build-essential cmake libgtest-dev libgmock-dev
              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev libxxhash-dev
-             prometheus-cpp-dev) ;;
-    test) packages+=(prometheus) ;;
+             prometheus-cpp-dev libssl-dev) ;;
+    test) packages+=(prometheus openssl) ;;
     image) packages+=(buildah debootstrap) ;;
     *) echo "install-deps: unknown group '$group' (build, test or image)" >&2; exit 2 ;;
   esac
