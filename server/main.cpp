@@ -57,6 +57,12 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "file holding a bearer token (16 to 4096 visible ASCII characters) that every KeyValue call must carry as "
           "metadata 'authorization: Bearer <token>', or be answered UNAUTHENTICATED; health checks and reflection "
           "stay open; empty: no token asked");
+ABSL_FLAG(std::uint64_t, max_message_bytes, 64 << 20,
+          "the largest request or response (bytes, 1 MiB to 1 GiB); a larger request is refused RESOURCE_EXHAUSTED by "
+          "gRPC, a read whose values could not fit a response is refused before it runs");
+ABSL_FLAG(std::uint64_t, max_concurrent_calls, 16384,
+          "unary calls in flight (read and not yet answered) beyond which new ones are refused RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::uint64_t, max_streams, 1024, "Stream calls open at once beyond which new ones are refused RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, data_dir, "",
@@ -176,6 +182,9 @@ int main(int argc, char** argv) {
   options.tls_key = absl::GetFlag(FLAGS_tls_key);
   options.tls_client_ca = absl::GetFlag(FLAGS_tls_client_ca);
   options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.max_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
+  options.limits.max_streams = absl::GetFlag(FLAGS_max_streams);
 
   try {
     options.shard_count = absl::GetFlag(FLAGS_shard_count);

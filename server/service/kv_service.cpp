@@ -89,14 +89,16 @@ std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t
   return {};
 }
 
-KvService::KvService(std::uint32_t key_width, std::uint32_t value_width, ShardFilter shard,
+KvService::KvService(std::uint32_t key_width, std::uint32_t value_width, ShardFilter shard, ServiceLimits limits,
                      std::function<void(const char*, grpc::StatusCode)> on_request,
-                     std::function<void(std::size_t)> on_wrong_shard)
+                     std::function<void(std::size_t)> on_wrong_shard, std::function<void(const char*)> on_limit)
     : key_width_(key_width),
       value_width_(value_width),
       shard_(std::move(shard)),
+      limits_(limits),
       on_request_(std::move(on_request)),
-      on_wrong_shard_(std::move(on_wrong_shard)) {}
+      on_wrong_shard_(std::move(on_wrong_shard)),
+      on_limit_(std::move(on_limit)) {}
 
 void KvService::attach(Batcher* batcher, const TableStats& stats, std::string backend, std::string device) {
   {
@@ -143,11 +145,11 @@ std::optional<KvService::Refusal> KvService::refusal(const CallOps& ops) const {
   if (ops.count > max_call_ops_.load()) return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
   // Room for every GET's value is reserved before any is found: a call of many GETs at a large value width
   // would hold memory for an answer it could never send.
-  if (const std::uint64_t gets = get_count(ops); gets * value_width_ > kMaxMessageBytes) {
+  if (const std::uint64_t gets = get_count(ops); gets * value_width_ > limits_.max_message_bytes) {
     return Refusal{CallCode::kResourceExhausted,
                    "the call's " + std::to_string(gets) + " GETs may answer " + std::to_string(gets * value_width_) + " bytes of values (" +
-                       std::to_string(value_width_) + " bytes each), over the " + std::to_string(kMaxMessageBytes >> 20) +
-                       " MiB a response carries: split the call"};
+                       std::to_string(value_width_) + " bytes each), over the " + std::to_string(limits_.max_message_bytes) +
+                       " bytes a response carries (--max_message_bytes): split the call"};
   }
   return std::nullopt;
 }
@@ -276,12 +278,16 @@ void KvService::refuse(const char* method, FinishableCall* call, const Refusal& 
 template <class Call>
 grpc::ServerUnaryReactor* KvService::serve(const char* method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                            grpc::ByteBuffer* out, void (KvService::*handle)(grpc::CallbackServerContext*, Call*)) {
-  auto* call = new Call(ctx, out);  // deleted when finished
+  auto* call = new Call(ctx, out, calls_in_flight_);  // deleted, and off the count, when finished
   grpc::ServerUnaryReactor* reactor = call->reactor();  // the call may be finished before handle returns
   if (!admitted(*ctx)) {
     const grpc::Status status = unauthenticated();
     count(method, status);
     call->finish(status);
+  } else if (call->others_in_flight() >= limits_.max_calls) {
+    if (on_limit_) on_limit_("calls");
+    refuse(method, call, Refusal{CallCode::kResourceExhausted, "the server has " + std::to_string(limits_.max_calls) +
+                                                                   " calls in flight, the most it takes (--max_concurrent_calls): retry later"});
   } else if (!call->parse(in)) {
     reject(method, call, unparsable<std::remove_cvref_t<decltype(call->request())>>());
   } else {
@@ -536,7 +542,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     pump();
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    service_.stream_closed();
+    delete this;
+  }
 
  private:
   struct Item {
@@ -687,7 +696,15 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvService::Stream(g
     count("Stream", status);
     return new RefusedStream(status);
   }
-  return new StreamReactor(*this, ctx);
+  if (streams_open_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_streams) {
+    streams_open_.fetch_sub(1, std::memory_order_relaxed);
+    if (on_limit_) on_limit_("streams");
+    const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the server has " + std::to_string(limits_.max_streams) +
+                                                                        " streams open, the most it takes (--max_streams): retry later");
+    count("Stream", status);
+    return new RefusedStream(status);
+  }
+  return new StreamReactor(*this, ctx);  // stream_closed() when done
 }
 
 }  // namespace gpukv::server

@@ -21,8 +21,14 @@
 
 namespace gpukv::server {
 
-// The largest gRPC message the server receives or sends: batch calls carry up to millions of keys.
-inline constexpr std::size_t kMaxMessageBytes = std::size_t{256} << 20;
+// What the server takes at once, whoever asks (flags --max_message_bytes, --max_concurrent_calls,
+// --max_streams): past them a call is refused RESOURCE_EXHAUSTED (gRPC refuses a message over the size limit
+// itself) and counted in gpukv_limit_refusals_total.
+struct ServiceLimits {
+  std::size_t max_message_bytes = std::size_t{64} << 20;  // a request or a response
+  std::size_t max_calls = 16384;                          // unary calls read and not yet answered
+  std::size_t max_streams = 1024;                         // Stream calls open
+};
 // What one Stream may hold of requests read and answers not yet written before the server stops reading
 // its requests (flow control: a client that does not read its answers holds only this much).
 inline constexpr std::size_t kStreamHeldBytes = std::size_t{64} << 20;
@@ -39,9 +45,10 @@ class KvService final : public KeyValueRawService {
  public:
   // on_request(method, code) counts each finished call for the metrics, on_wrong_shard(keys) the keys
   // refused for belonging to another shard.
-  KvService(std::uint32_t key_width, std::uint32_t value_width, ShardFilter shard,
+  // on_limit(limit) counts a call refused for a limit ("calls" or "streams").
+  KvService(std::uint32_t key_width, std::uint32_t value_width, ShardFilter shard, ServiceLimits limits,
             std::function<void(const char* method, grpc::StatusCode code)> on_request,
-            std::function<void(std::size_t keys)> on_wrong_shard = {});
+            std::function<void(std::size_t keys)> on_wrong_shard = {}, std::function<void(const char* limit)> on_limit = {});
 
   // Calls are answered UNAVAILABLE until the batcher is attached (the table is being built) and after
   // it is detached (draining).
@@ -92,6 +99,9 @@ class KvService final : public KeyValueRawService {
   std::optional<Refusal> refusal(const CallOps& ops) const;
 
   const ShardFilter& shard() const { return shard_; }
+  const ServiceLimits& limits() const { return limits_; }
+  // A Stream's reactor is done: one fewer open.
+  void stream_closed() { streams_open_.fetch_sub(1, std::memory_order_relaxed); }
   std::uint32_t key_width() const { return key_width_; }
   std::uint32_t value_width() const { return value_width_; }
 
@@ -141,8 +151,12 @@ class KvService final : public KeyValueRawService {
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;
   const ShardFilter shard_;
+  const ServiceLimits limits_;
   const std::function<void(const char*, grpc::StatusCode)> on_request_;
   const std::function<void(std::size_t)> on_wrong_shard_;
+  const std::function<void(const char*)> on_limit_;
+  std::atomic<std::size_t> calls_in_flight_{0};  // unary calls read and not yet finished (MessageCall)
+  std::atomic<std::size_t> streams_open_{0};
   std::atomic<std::uint64_t> wrong_shard_keys_{0};  // for Stats
   std::function<void(SnapshotDone)> snapshotter_;
   std::optional<BearerToken> token_;

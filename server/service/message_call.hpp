@@ -6,6 +6,8 @@
 // buffers, only made here (bench/RESULTS.md, "Requests parsed by the service").
 #pragma once
 
+#include <atomic>
+#include <cstddef>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -52,11 +54,15 @@ class FinishableCall {
   virtual void finish(grpc::Status status) = 0;
 };
 
-// One unary call's request and response messages.
+// One unary call's request and response messages. It counts itself in `in_flight` until it is finished.
 template <class Request, class Response>
 class MessageCall final : public FinishableCall {
  public:
-  MessageCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out) : reactor_(ctx->DefaultReactor()), out_(out) {}
+  MessageCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out, std::atomic<std::size_t>& in_flight)
+      : reactor_(ctx->DefaultReactor()), out_(out), in_flight_(in_flight), others_(in_flight.fetch_add(1, std::memory_order_relaxed)) {}
+
+  // How many calls were in flight when this one came.
+  std::size_t others_in_flight() const { return others_; }
 
   grpc::ServerUnaryReactor* reactor() const { return reactor_; }
   // Parses the request from gRPC's buffer, releasing it.
@@ -67,12 +73,16 @@ class MessageCall final : public FinishableCall {
   void finish(grpc::Status status) override {
     if (status.ok()) status = serialize_message(response_, out_);
     reactor_->Finish(status);
+    std::atomic<std::size_t>& in_flight = in_flight_;
     delete this;  // after answering, so that freeing the messages does not delay the answer
+    in_flight.fetch_sub(1, std::memory_order_relaxed);
   }
 
  private:
   grpc::ServerUnaryReactor* const reactor_;
   grpc::ByteBuffer* const out_;  // gRPC's, valid until the call is finished
+  std::atomic<std::size_t>& in_flight_;
+  const std::size_t others_;
   Request request_;
   Response response_;
 };

@@ -107,6 +107,13 @@ Metrics::Metrics(const std::string& address)
                        .Help("Keys refused because they belong to another shard (a client with a stale or no shard map)")
                        .Register(*registry_)
                        .Add({})),
+      limit_refusals_(prometheus::BuildCounter()
+                          .Name("gpukv_limit_refusals_total")
+                          .Help("Calls refused RESOURCE_EXHAUSTED for a limit of the server: unary calls in flight "
+                                "(--max_concurrent_calls), open streams (--max_streams)")
+                          .Register(*registry_)),
+      refused_calls_(limit_refusals_.Add({{"limit", "calls"}})),
+      refused_streams_(limit_refusals_.Add({{"limit", "streams"}})),
       wal_bytes_(prometheus::BuildCounter()
                      .Name("gpukv_wal_bytes_total")
                      .Help("Bytes appended to the write-ahead log (--data_dir with --wal)")
@@ -214,6 +221,10 @@ void Metrics::on_request(const char* method, grpc::StatusCode code) {
 }
 
 void Metrics::on_wrong_shard(std::size_t keys) { wrong_shard_.Increment(static_cast<double>(keys)); }
+
+void Metrics::on_limit(const char* limit) {
+  (std::string_view(limit) == "streams" ? refused_streams_ : refused_calls_).Increment();
+}
 void Metrics::on_wal_append(std::size_t bytes) { wal_bytes_.Increment(static_cast<double>(bytes)); }
 void Metrics::on_wal_failure() { wal_failures_.Increment(); }
 void Metrics::on_wal_sync(double seconds) { wal_fsync_.Observe(seconds); }

@@ -28,6 +28,8 @@ class Metrics {
   int port() const;
   void on_request(const char* method, grpc::StatusCode code);
   void on_wrong_shard(std::size_t keys);
+  // A call refused for a limit of the server: "calls" (--max_concurrent_calls) or "streams" (--max_streams).
+  void on_limit(const char* limit);
   // The write-ahead log (any thread): bytes appended, a batch it failed, one fdatasync's time; start-up's
   // replay.
   void on_wal_append(std::size_t bytes);
@@ -78,6 +80,9 @@ class Metrics {
   prometheus::Counter& host_writes_;
   prometheus::Counter& host_avoided_;
   prometheus::Counter& wrong_shard_;
+  prometheus::Family<prometheus::Counter>& limit_refusals_;
+  prometheus::Counter& refused_calls_;
+  prometheus::Counter& refused_streams_;
   prometheus::Counter& wal_bytes_;
   prometheus::Counter& wal_failures_;
   prometheus::Histogram& wal_fsync_;

@@ -46,6 +46,15 @@ std::string check_options(const ServerOptions& o) {
   if (o.batcher.completion_threads > 256) {
     return bound("completion_threads", "-1 (by the core count) to 256", std::to_string(o.batcher.completion_threads));
   }
+  if (o.limits.max_message_bytes < (1u << 20) || o.limits.max_message_bytes > (1u << 30)) {
+    return bound("max_message_bytes", "1048576 (1 MiB) to 1073741824 (1 GiB)", std::to_string(o.limits.max_message_bytes));
+  }
+  if (o.limits.max_calls < 1 || o.limits.max_calls > 1000000) {
+    return bound("max_concurrent_calls", "1 to 1000000", std::to_string(o.limits.max_calls));
+  }
+  if (o.limits.max_streams < 1 || o.limits.max_streams > 100000) {
+    return bound("max_streams", "1 to 100000", std::to_string(o.limits.max_streams));
+  }
   if (o.shard_count < 1 || o.shard_index >= o.shard_count) {
     return "--shard_index must be below --shard_count (" + std::to_string(o.shard_count) + "), got " + std::to_string(o.shard_index);
   }

@@ -46,9 +46,9 @@ Server::Server(const ServerOptions& options) : options_(options) {
   Table::check(options_.table);  // a bad table setting before any port opens
   metrics_ = std::make_unique<Metrics>(options_.metrics_listen);
   service_ = std::make_unique<KvService>(
-      options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count),
+      options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count), options_.limits,
       [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); },
-      [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); });
+      [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); }, [m = metrics_.get()](const char* limit) { m->on_limit(limit); });
   if (!options_.auth_token_file.empty()) {
     service_->require_token(BearerToken::from_file(options_.auth_token_file));
     if (options_.tls_cert.empty()) {
@@ -74,8 +74,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, credentials(options_), &port_);
   builder.RegisterService(service_.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(kMaxMessageBytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options_.limits.max_message_bytes));
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr || port_ == 0) throw std::runtime_error("cannot listen on " + options_.listen);
   set_health(*grpc_, false);

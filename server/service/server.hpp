@@ -31,6 +31,7 @@ struct ServerOptions {
   std::string tls_key;
   std::string tls_client_ca;    // PEM of the CA client certificates must be signed by (mutual TLS); empty: none asked
   std::string auth_token_file;  // the bearer token every call must carry (bearer_token.hpp); empty: none
+  ServiceLimits limits;
   // Cluster mode: this server is shard shard_index of shard_count and refuses the keys of the others.
   std::uint32_t shard_index = 0;
   std::uint32_t shard_count = 1;

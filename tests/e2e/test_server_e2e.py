@@ -204,6 +204,10 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     ("--max_queued_ops=0", "--max_queued_ops must be at least --batch_size (65536), got 0"),
     ("--max_queue_delay=5000000", "--max_queue_delay must be at most 1000000 microseconds"),
     ("--tls_cert=/etc/hostname", "--tls_cert and --tls_key go together"),
+    ("--tls_client_ca=/etc/hostname", "--tls_client_ca asks clients for certificates during the TLS handshake: it needs --tls_cert"),
+    ("--max_message_bytes=1000", "--max_message_bytes must be 1048576 (1 MiB) to 1073741824 (1 GiB), got 1000"),
+    ("--max_concurrent_calls=0", "--max_concurrent_calls must be 1 to 1000000, got 0"),
+    ("--max_streams=0", "--max_streams must be 1 to 100000, got 0"),
 ])
 def test_the_server_refuses_a_bad_setting_with_a_clear_error_before_it_listens(flag, message):
     """A bad flag stops the server with a message naming it and its bounds, before any port opens: nothing
