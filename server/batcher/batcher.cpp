@@ -15,6 +15,19 @@ namespace gpukv::server {
 constexpr std::size_t kBatches = 3;
 constexpr std::size_t kBatchesWithLog = 4;
 
+namespace {
+
+// The config with batch_size bounded so that a staged batch holds at most kMaxStagedBatchBytes at the table's
+// widths. A row takes StagedBatch's columns: kind, key length, status, two value lengths, the key, the value
+// in and the value out.
+BatcherConfig bounded(BatcherConfig config, const Table& table) {
+  const std::size_t row_bytes = 3 + 8 + table.config().key_width + 2 * std::size_t{table.value_stride()};
+  config.batch_size = std::min(config.batch_size, std::max<std::size_t>(1, kMaxStagedBatchBytes / row_bytes));
+  return config;
+}
+
+}  // namespace
+
 constexpr const char* kExpired = "the deadline passed while the call was queued";
 
 // Reserved rows up to this many are copied without giving up the lock.
@@ -172,7 +185,7 @@ void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch,
                  std::function<void(const TableStats&, std::size_t)> on_executed, BatchLog log)
     : table_(table),
-      config_(config),
+      config_(bounded(config, table)),
       on_batch_(std::move(on_batch)),
       on_executed_(std::move(on_executed)),
       log_(std::move(log)),

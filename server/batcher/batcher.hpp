@@ -99,8 +99,14 @@ struct Call {
   std::function<void(CallCode, std::string_view message)> done;
 };
 
+// The most one staged batch holds, in bytes of its columns. A batch of batch_size operations at wide values
+// would hold far more: 65536 operations of 64 KiB values stage 8.6 GB, and the three or four staged batches 26 GB
+// or more of host memory (pinned on the GPU backend), for calls that rarely come that large. Such a table's
+// batches take fewer operations (Batcher::batch_size()).
+inline constexpr std::size_t kMaxStagedBatchBytes = std::size_t{256} << 20;
+
 struct BatcherConfig {
-  std::size_t batch_size = 65536;                  // operations per device batch
+  std::size_t batch_size = 65536;                  // operations per device batch, at most (kMaxStagedBatchBytes)
   Clock::duration max_delay = std::chrono::microseconds(200);  // longest an operation waits for a batch
   std::size_t max_queued_ops = 1 << 22;            // ops waiting for a batch beyond which submit() refuses calls
   // Threads that answer executed batches (write each call's results, then run its done()) while the next
@@ -167,6 +173,9 @@ class Batcher {
   std::size_t queued_ops() const;
   // The queue bound: a call with more ops is always refused.
   std::size_t max_queued_ops() const { return config_.max_queued_ops; }
+  // Operations per batch: config.batch_size, or fewer where that many would stage more than
+  // kMaxStagedBatchBytes at the table's widths.
+  std::size_t batch_size() const { return config_.batch_size; }
 
  private:
   struct CallState;

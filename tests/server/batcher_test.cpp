@@ -74,6 +74,7 @@ struct TestCall {
   CallResults results;
   std::promise<CallCode> promise;
   std::future<CallCode> future = promise.get_future();
+  std::uint32_t value_width = kValueWidth;  // of the table the call goes to: room for each GET's value
 
   TestCall& op(OpKind kind, const std::string& key, const std::string& value = {}) {
     kinds.push_back(static_cast<char>(kind));
@@ -89,7 +90,7 @@ struct TestCall {
     Call c;
     c.ops = CallOps{key_lengths.size(), kinds, OpKind::kGet, keys, key_lengths.data(), values, value_lengths.data()};
     out_results.assign(c.ops.count, '\x7f');
-    out_values.assign(get_count(c.ops) * kValueWidth, '?');
+    out_values.assign(get_count(c.ops) * value_width, '?');
     out_value_lengths.assign(c.ops.count, 0);
     results = CallResults{out_results.data(), out_values.data(), out_value_lengths.data()};
     c.results = &results;
@@ -134,6 +135,40 @@ TEST(Batcher, FullBatchesRunWithoutWaitingForTheDelay) {
     ASSERT_EQ(c.wait(), CallCode::kOk);
     EXPECT_EQ(c.status(0), OpStatus::kOk);
   }
+}
+
+// At wide values a batch of batch_size operations would stage gigabytes (65536 of 64 KiB values: 8.6 GB, three
+// staged batches 26 GB): batches then take fewer operations, at most kMaxStagedBatchBytes of columns, and a call
+// larger than one such batch still runs whole, over several.
+TEST(Batcher, AtWideValuesABatchTakesFewerOperationsAndACallSpansBatches) {
+  TableConfig tc = cpu_table(1 << 12);
+  tc.value_width = 65536;
+  Table table(tc);
+  BatcherConfig bc;
+  bc.batch_size = 65536;
+  bc.max_delay = 1ms;
+  Batcher batcher(table, bc);
+  const std::size_t row = 3 + 8 + 16 + 2 * std::size_t{table.value_stride()};
+  EXPECT_EQ(batcher.batch_size(), kMaxStagedBatchBytes / row);
+  EXPECT_LT(batcher.batch_size() * row, kMaxStagedBatchBytes + row);
+  BatcherConfig narrow;
+  narrow.batch_size = 65536;
+  Table narrow_table(cpu_table());
+  EXPECT_EQ(Batcher(narrow_table, narrow).batch_size(), 65536u) << "at 16 B keys and narrow values nothing changes";
+
+  TestCall put;  // more PUTs than a batch takes
+  const std::size_t n = batcher.batch_size() + 10;
+  for (std::size_t i = 0; i < n; ++i) put.op(OpKind::kPut, "w" + std::to_string(i), std::string(65536, static_cast<char>('a' + i % 26)));
+  batcher.submit(put.call());
+  ASSERT_EQ(put.wait(), CallCode::kOk);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(put.status(i), OpStatus::kOk) << i;
+  TestCall get;
+  get.value_width = tc.value_width;
+  get.op(OpKind::kGet, "w0").op(OpKind::kGet, "w" + std::to_string(n - 1));
+  batcher.submit(get.call());
+  ASSERT_EQ(get.wait(), CallCode::kOk);
+  EXPECT_EQ(get.value(0), std::string(65536, 'a'));
+  EXPECT_EQ(get.value(1), std::string(65536, static_cast<char>('a' + (n - 1) % 26)));
 }
 
 // A lone PUT, then a lone GET of its key, each in a batch of its own far below batch_size: both run, and the
