@@ -7,6 +7,7 @@ end. A request over --max_message_bytes is refused RESOURCE_EXHAUSTED and stores
 could not fit a response is refused naming the limit.
 """
 import queue
+import re
 import time
 import urllib.request
 
@@ -100,5 +101,22 @@ def test_a_request_over_the_message_limit_is_refused_and_stores_nothing():
         s.stub.BatchPut(kv_pb2.BatchPutRequest(keys=b"".join(half), key_lengths=[len(k) for k in half],
                                                values=b"v" * 64 * len(half), value_lengths=[64] * len(half)), timeout=30)
         assert items(s) == len(half)
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_table_of_wide_values_reserves_what_its_batches_need_not_what_the_flag_says():
+    """--value_width=65536 with 1000 slots reserved 26 GB of address space (three staged batches of --batch_size
+    65536 operations of 64 KiB values); batches at that width take 2047 operations, so the server stays under
+    4 GB of address space, and a value of the full width is stored and read back."""
+    s = Server("--capacity=1000", "--key_width=16", "--value_width=65536")
+    try:
+        status = open(f"/proc/{s.proc.pid}/status").read()
+        vm_kb = int(re.search(r"VmSize:\s+(\d+) kB", status).group(1))
+        assert vm_kb < 4 << 20, f"the server reserves {vm_kb >> 20} GB of address space"
+        value = bytes(range(256)) * 256
+        assert s.stub.Put(kv_pb2.PutRequest(key=b"wide", value=value), timeout=10).result == kv_pb2.RESULT_OK
+        got = s.stub.Get(kv_pb2.GetRequest(key=b"wide"), timeout=10)
+        assert got.found and got.value == value
     finally:
         assert s.stop() == 0
