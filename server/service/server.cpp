@@ -70,10 +70,13 @@ Server::Server(const ServerOptions& options) : options_(options) {
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // v1alpha
+  reflection_v1_ = std::make_unique<ReflectionV1>(std::vector<std::string>{
+      kServiceName, "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "grpc.reflection.v1alpha.ServerReflection"});
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options_.listen, credentials(options_), &port_);
   builder.RegisterService(service_.get());
+  builder.RegisterService(reflection_v1_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options_.limits.max_message_bytes));
   grpc_ = builder.BuildAndStart();

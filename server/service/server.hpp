@@ -1,4 +1,5 @@
-// The gpukv server: the table, the batcher, the gRPC service (with health checking and reflection) and the
+// The gpukv server: the table, the batcher, the gRPC service (with health checking and reflection v1 and
+// v1alpha) and the
 // metrics endpoint, started and stopped in the right order.
 //
 // Start: metrics and gRPC listen first, health NOT_SERVING and calls UNAVAILABLE while the table is built
@@ -19,6 +20,7 @@
 #include "persistence/durability.hpp"
 #include "kv_service.hpp"
 #include "metrics.hpp"
+#include "reflection_v1.hpp"
 
 namespace gpukv::server {
 
@@ -56,6 +58,7 @@ class Server {
   ServerOptions options_;
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<KvService> service_;
+  std::unique_ptr<ReflectionV1> reflection_v1_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<Table> table_;
   std::unique_ptr<persistence::Durability> durability_;  // after the table, before the batcher that logs to it

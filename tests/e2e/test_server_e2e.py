@@ -18,6 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from google.protobuf import descriptor_pb2
 from grpc_tools import protoc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -84,6 +85,36 @@ def test_health_and_reflection(server):
     replies = reflection.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
     names = [s.name for r in replies for s in r.list_services_response.service]
     assert "gpukv.v1.KeyValue" in names
+
+
+def test_reflection_v1_describes_the_service():
+    """grpc.reflection.v1, which newer tools ask for first: the same messages as v1alpha under another package,
+    so the v1alpha Python messages encode and decode it (the server's own .proto for v1 is checked by this
+    independent encoding). Lists the services, sends the file of a symbol with what it imports, and answers a
+    symbol it does not know NOT_FOUND in the response, keeping the stream."""
+    s = Server("--capacity=1000")
+    try:
+        call = s.channel.stream_stream("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+                                       request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+                                       response_deserializer=reflection_pb2.ServerReflectionResponse.FromString)
+        requests = [reflection_pb2.ServerReflectionRequest(host="h", list_services=""),
+                    reflection_pb2.ServerReflectionRequest(file_containing_symbol="gpukv.v1.KeyValue"),
+                    reflection_pb2.ServerReflectionRequest(file_containing_symbol="no.such.Thing"),
+                    reflection_pb2.ServerReflectionRequest(file_by_filename="gpukv/v1/kv.proto")]
+        listed, by_symbol, missing, by_name = list(call(iter(requests), timeout=10))
+        assert listed.valid_host == "h" and listed.original_request == requests[0]
+        assert {"gpukv.v1.KeyValue", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+                "grpc.reflection.v1alpha.ServerReflection"} == {x.name for x in listed.list_services_response.service}
+        files = [descriptor_pb2.FileDescriptorProto.FromString(b)
+                 for b in by_symbol.file_descriptor_response.file_descriptor_proto]
+        assert files[0].name == "gpukv/v1/kv.proto" and files[0].package == "gpukv.v1"
+        (service,) = files[0].service
+        assert [m.name for m in service.method] == ["Get", "Put", "Delete", "BatchGet", "BatchPut", "BatchDelete",
+                                                    "Stream", "Stats", "Snapshot"]
+        assert missing.error_response.error_code == grpc.StatusCode.NOT_FOUND.value[0]
+        assert list(by_name.file_descriptor_response.file_descriptor_proto) == [], "a file sent twice on one stream"
+    finally:
+        assert s.stop() == 0
 
 
 def test_unary_calls_and_errors(server):
