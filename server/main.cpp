@@ -63,6 +63,11 @@ ABSL_FLAG(std::uint64_t, max_message_bytes, 64 << 20,
 ABSL_FLAG(std::uint64_t, max_concurrent_calls, 16384,
           "unary calls in flight (read and not yet answered) beyond which new ones are refused RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::uint64_t, max_streams, 1024, "Stream calls open at once beyond which new ones are refused RESOURCE_EXHAUSTED");
+ABSL_FLAG(std::uint64_t, max_calls_per_connection, 1024,
+          "calls (HTTP/2 streams) one connection may have open at once; a client's further calls wait for one to end");
+ABSL_FLAG(std::uint32_t, max_connection_idle_s, 3600,
+          "seconds a connection without calls is kept before the server closes it (the client reconnects on its next "
+          "call); 0: kept until the client closes it");
 ABSL_FLAG(std::uint32_t, shutdown_grace_ms, 10000, "on shutdown, how long calls in flight may still run");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error or off");
 ABSL_FLAG(std::string, data_dir, "",
@@ -185,6 +190,8 @@ int main(int argc, char** argv) {
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_calls = absl::GetFlag(FLAGS_max_concurrent_calls);
   options.limits.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.limits.max_calls_per_connection = absl::GetFlag(FLAGS_max_calls_per_connection);
+  options.limits.max_connection_idle = std::chrono::seconds(absl::GetFlag(FLAGS_max_connection_idle_s));
 
   try {
     options.shard_count = absl::GetFlag(FLAGS_shard_count);

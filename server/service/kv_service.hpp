@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,9 @@ struct ServiceLimits {
   std::size_t max_message_bytes = std::size_t{64} << 20;  // a request or a response
   std::size_t max_calls = 16384;                          // unary calls read and not yet answered
   std::size_t max_streams = 1024;                         // Stream calls open
+  // Per connection (gRPC's channel arguments; gRPC 1.51 has no bound on the number of connections):
+  std::size_t max_calls_per_connection = 1024;  // HTTP/2 streams at once: a client's further calls wait in it
+  std::chrono::seconds max_connection_idle{3600};  // a connection without calls this long is closed (0: never)
 };
 // What one Stream may hold of requests read and answers not yet written before the server stops reading
 // its requests (flow control: a client that does not read its answers holds only this much).

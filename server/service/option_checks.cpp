@@ -55,6 +55,12 @@ std::string check_options(const ServerOptions& o) {
   if (o.limits.max_streams < 1 || o.limits.max_streams > 100000) {
     return bound("max_streams", "1 to 100000", std::to_string(o.limits.max_streams));
   }
+  if (o.limits.max_calls_per_connection < 1 || o.limits.max_calls_per_connection > 100000) {
+    return bound("max_calls_per_connection", "1 to 100000", std::to_string(o.limits.max_calls_per_connection));
+  }
+  if (o.limits.max_connection_idle > std::chrono::hours(24 * 24)) {  // gRPC takes milliseconds in an int
+    return bound("max_connection_idle_s", "0 to 2073600 (24 days)", std::to_string(o.limits.max_connection_idle.count()));
+  }
   if (o.shard_count < 1 || o.shard_index >= o.shard_count) {
     return "--shard_index must be below --shard_count (" + std::to_string(o.shard_count) + "), got " + std::to_string(o.shard_index);
   }

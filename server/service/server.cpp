@@ -79,6 +79,10 @@ Server::Server(const ServerOptions& options) : options_(options) {
   builder.RegisterService(reflection_v1_.get());
   builder.SetMaxReceiveMessageSize(static_cast<int>(options_.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options_.limits.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(options_.limits.max_calls_per_connection));
+  if (options_.limits.max_connection_idle.count() > 0) {  // the client reconnects on its next call
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(options_.limits.max_connection_idle.count() * 1000));
+  }
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr || port_ == 0) throw std::runtime_error("cannot listen on " + options_.listen);
   set_health(*grpc_, false);

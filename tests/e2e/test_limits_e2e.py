@@ -4,7 +4,9 @@ Promised (README, "Access"): past --max_concurrent_calls unary calls in flight, 
 new call is refused RESOURCE_EXHAUSTED at once, naming the flag, runs nothing, and is counted in
 gpukv_limit_refusals_total{limit=...}; the calls in flight are served and the server takes new calls once they
 end. A request over --max_message_bytes is refused RESOURCE_EXHAUSTED and stores nothing, and a read whose values
-could not fit a response is refused naming the limit.
+could not fit a response is refused naming the limit. One connection runs at most --max_calls_per_connection
+calls at once (the rest wait in it), and one without calls for --max_connection_idle_s is closed. Memory
+follows the table's widths: wide values do not reserve --batch_size batches of them.
 """
 import queue
 import re
@@ -118,5 +120,34 @@ def test_a_table_of_wide_values_reserves_what_its_batches_need_not_what_the_flag
         assert s.stub.Put(kv_pb2.PutRequest(key=b"wide", value=value), timeout=10).result == kv_pb2.RESULT_OK
         got = s.stub.Get(kv_pb2.GetRequest(key=b"wide"), timeout=10)
         assert got.found and got.value == value
+    finally:
+        assert s.stop() == 0
+
+
+def test_one_connection_runs_at_most_its_share_of_calls_and_the_rest_wait_in_it():
+    """--max_calls_per_connection=2 (HTTP/2 concurrent streams): four calls sent at once on one connection reach
+    the server two at a time, so a server that takes three calls in flight refuses none of them; the calls
+    beyond the connection's share wait in the client instead of failing."""
+    s = Server("--capacity=20000", "--key_width=16", "--value_width=64", "--max_calls_per_connection=2",
+               "--max_concurrent_calls=3", "--max_queue_delay=300000", "--launch_when_idle=false")
+    try:
+        futures = [s.stub.Put.future(kv_pb2.PutRequest(key=b"p%d" % i, value=b"v"), timeout=30) for i in range(4)]
+        assert [f.result().result for f in futures] == [kv_pb2.RESULT_OK] * 4
+        assert metric(s, "gpukv_limit_refusals_total", 'limit="calls"') == 0
+    finally:
+        assert s.stop() == 0
+
+
+def test_a_connection_without_calls_is_closed_after_the_idle_time_and_the_client_comes_back():
+    s = Server("--capacity=20000", "--max_connection_idle_s=1")
+    try:
+        assert s.stub.Put(kv_pb2.PutRequest(key=b"i", value=b"v"), timeout=10).result == kv_pb2.RESULT_OK
+        states = []
+        s.channel.subscribe(states.append, try_to_connect=False)
+        deadline = time.monotonic() + 20
+        while grpc.ChannelConnectivity.IDLE not in states[1:] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert grpc.ChannelConnectivity.IDLE in states[1:], f"the connection was kept: {states}"
+        assert s.stub.Get(kv_pb2.GetRequest(key=b"i"), timeout=10).found  # reconnects on its next call
     finally:
         assert s.stop() == 0
