@@ -204,7 +204,7 @@ template <class Respond>
 struct UnaryCall {
   KvService* service;
   const char* method;
-  FinishableCall* reactor;
+  FinishableCall* message_call;
   Respond respond;
   CallResults results;
   char result = 0;
@@ -215,9 +215,9 @@ struct UnaryCall {
 }  // namespace
 
 template <class Respond>
-void KvService::unary(const char* method, grpc::CallbackServerContext* ctx, FinishableCall* reactor, CallOps ops,
+void KvService::unary(const char* method, grpc::CallbackServerContext* ctx, FinishableCall* message_call, CallOps ops,
                       CallResults results, google::protobuf::RepeatedField<std::uint32_t>* owners, Respond respond) {
-  auto* call = new UnaryCall<Respond>{this, method, reactor, std::move(respond), results};
+  auto* call = new UnaryCall<Respond>{this, method, message_call, std::move(respond), results};
   if (ops.count == 1 && ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
     call->lengths = {static_cast<std::uint32_t>(ops.keys.size()), static_cast<std::uint32_t>(ops.values.size())};
     ops.key_lengths = &call->lengths[0];
@@ -230,7 +230,7 @@ void KvService::unary(const char* method, grpc::CallbackServerContext* ctx, Fini
     // respond finishes the response in place, and may turn an OK into an error (a Put that met a full table)
     const grpc::Status status = code == CallCode::kOk ? call->respond(call->results) : status_of(code, message);
     call->service->count(call->method, status);  // before Finish: a client that has its answer finds the call counted
-    call->reactor->finish(status);
+    call->message_call->finish(status);
   };
   if (owners != nullptr) {
     run_owned(ops, &call->results, owners, call_deadline(*ctx), std::move(done));
@@ -506,8 +506,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
     // Submit before the next read: the next OnReadDone may run on another thread, and requests must reach
     // the batcher in the order they were sent (same-key order within a stream). Submitting never waits
-    // for a batch: at most it copies this request's columns into the filling batch.
-    submit(item);
+    // for a batch: at most it copies this request's columns into the filling batch. The item goes with it:
+    // this thread keeps no reference, so the last one is dropped after every use of the item, by the thread
+    // that answered it or under mutex_ (OnWriteDone), never here while a batch thread may still read it.
+    submit(std::move(item));
     bool read_next;
     {
       std::lock_guard lock(mutex_);
@@ -568,7 +570,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   bool over_bound() const { return held_bytes_ > kStreamHeldBytes || order_.size() >= kStreamHeldRequests; }
 
-  void submit(const std::shared_ptr<Item>& item) {
+  void submit(std::shared_ptr<Item> item) {
     const v1::StreamRequest& r = item->request;
     CallOps ops;
     ops.count = r.ops().size();
@@ -600,8 +602,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     item->results = results_in(ops, service_.value_width(), item->response);
     item->held_bytes += item->response.values().capacity();
     hold(*item);
-    service_.run_owned(ops, &item->results, item->response.mutable_owners(), call_deadline(*ctx_),
-                       [this, item](CallCode code, std::string_view message) {
+    Item& held = *item;  // the arguments below are evaluated in no set order with the lambda that takes `item`
+    service_.run_owned(ops, &held.results, held.response.mutable_owners(), call_deadline(*ctx_),
+                       [this, item = std::move(item)](CallCode code, std::string_view message) {
       if (code != CallCode::kOk) {
         fail(item, status_of(code, message));
         return;
