@@ -553,7 +553,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   struct Item {
     v1::StreamRequest request;
     v1::StreamResponse response;
-    grpc::ByteBuffer wire;  // the response serialized, once answered
+    grpc::ByteBuffer wire;  // the response serialized, when its write starts
     CallResults results;  // in response
     bool answered = false;  // response is complete; guarded by mutex_
     std::size_t held_bytes = 0;  // the request's, and the room its response holds for values (set by submit)
@@ -631,35 +631,43 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     respond(item);
   }
 
-  // Serializes the answered response (on the thread that answered it) and writes it when its turn comes.
   void respond(const std::shared_ptr<Item>& item) {
-    const grpc::Status serialized = serialize_message(item->response, &item->wire);
-    v1::StreamResponse().Swap(&item->response);  // the wire bytes are what is held now
     {
       std::lock_guard lock(mutex_);
       --outstanding_;
       item->answered = true;
-      if (!serialized.ok() && ended_early_.ok()) {
+    }
+    pump();
+  }
+
+  // Serializes the response about to be written, and frees the message: the bytes are what the write holds.
+  // Only when its write starts, one at a time, so that an unread stream holds each answer once, not twice.
+  void serialize(Item& item) {
+    const grpc::Status serialized = serialize_message(item.response, &item.wire);
+    v1::StreamResponse().Swap(&item.response);
+    if (serialized.ok()) return;
+    // Not for any message the server builds (a response's values are bounded far below protobuf's 2 GiB);
+    // should it happen, the stream ends: cancelling fails the read in flight and the write about to start.
+    {
+      std::lock_guard lock(mutex_);
+      if (ended_early_.ok()) {
         ended_early_ = grpc::Status(grpc::StatusCode::INTERNAL, "a response could not be serialized: " + serialized.error_message());
       }
     }
-    // Not for any message the server builds (a response's values are bounded far below protobuf's 2 GiB);
-    // should it happen, the stream ends: cancelling fails the read and writes in flight and any started later.
-    if (!serialized.ok()) ctx_->TryCancel();
-    pump();
+    ctx_->TryCancel();
   }
 
   // Starts the next write, or finishes the call once everything is read, answered and written. Decides under
   // the lock and calls into gRPC outside it.
   void pump() {
-    const grpc::ByteBuffer* next = nullptr;
+    Item* next = nullptr;
     bool finish = false;
     grpc::Status status, counted;
     {
       std::lock_guard lock(mutex_);
       if (!writing_ && !order_.empty() && order_.front()->answered && !broken_) {
         writing_ = true;
-        next = &order_.front()->wire;  // the item stays alive in order_ until its write is done
+        next = order_.front().get();  // stays alive in order_ until its write is done; only this writer touches it
       } else if (!finished_ && reads_done_ && outstanding_ == 0 && !writing_ && order_.empty()) {
         finished_ = true;
         finish = true;
@@ -668,7 +676,10 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
         counted = broken_ && ended_early_.ok() ? grpc::Status(grpc::StatusCode::CANCELLED, "") : status;
       }
     }
-    if (next != nullptr) StartWrite(next);
+    if (next != nullptr) {
+      serialize(*next);
+      StartWrite(&next->wire);
+    }
     if (finish) {
       service_.count("Stream", counted);  // once, as the call it is: gpukv_requests_total counts calls finished
       Finish(status);
