@@ -57,7 +57,7 @@ def test_every_alert_has_a_unit_test_that_sees_it_fire():
     names = {r["alert"] for r in alert_rules()}
     assert names == {"GpukvServerDown", "GpukvQueueSaturated", "GpukvTableNearFull", "GpukvTableFull",
                      "GpukvHostTierSpilling", "GpukvErrorRatioHigh", "GpukvWalFsyncSlow", "GpukvWalFailing",
-                     "GpukvSnapshotMissing"}
+                     "GpukvSnapshotMissing", "GpukvLimitRefusals"}
     assert names <= firing, f"alerts never seen firing in a test: {names - firing}"
     assert names <= quiet, f"alerts never seen quiet in a test: {names - quiet}"
 
