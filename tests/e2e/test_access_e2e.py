@@ -10,7 +10,6 @@ Promised (README, "Access"):
 - A token file the server cannot use stops it before any port opens (exit 2).
 """
 import os
-import re
 import subprocess
 import tempfile
 import urllib.request
@@ -19,7 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from test_server_e2e import CLI, ROOT, SERVER, kv_pb2, kv_pb2_grpc
+from test_server_e2e import CLI, ROOT, SERVER, Server, kv_pb2, kv_pb2_grpc
 
 LOAD = os.environ.get("GPUKV_LOAD", os.path.join(ROOT, "build", "client", "gpukv-load"))
 TOKEN = "s3cret-token-0123456789abcdef"
@@ -59,22 +58,16 @@ def read(path):
         return f.read()
 
 
-class TlsServer:
+class TlsServer(Server):
+    """The server with TLS from the test CA's server certificate (its plaintext channel goes unused)."""
+
     def __init__(self, pki, *flags):
+        super().__init__("--capacity=20000", "--key_width=16", "--value_width=64", f"--tls_cert={pki}/server.pem",
+                         f"--tls_key={pki}/server.key", *flags)
         self.pki = pki
-        self.proc = subprocess.Popen(
-            [SERVER, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0", "--backend=cpu", "--log_level=warn",
-             "--capacity=20000", "--key_width=16", "--value_width=64", f"--tls_cert={pki}/server.pem",
-             f"--tls_key={pki}/server.key", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines = []
-        while not lines or (not lines[-1].startswith("gpukv-server listening") and lines[-1]):
-            lines.append(self.proc.stdout.readline())
-        match = re.search(r"listening on port (\d+), metrics on port (\d+)", lines[-1])
-        assert match, f"server did not start: {''.join(lines)!r}"
-        self.port, self.metrics_port = int(match.group(1)), int(match.group(2))
         self.target = f"127.0.0.1:{self.port}"
 
-    def channel(self, identity=None):
+    def tls_channel(self, identity=None):
         """A TLS channel trusting the test CA, presenting `identity`'s certificate (none: no certificate)."""
         key, cert = (read(f"{self.pki}/{identity}.key"), read(f"{self.pki}/{identity}.pem")) if identity else (None, None)
         creds = grpc.ssl_channel_credentials(read(f"{self.pki}/ca.pem"), key, cert)
@@ -87,23 +80,19 @@ class TlsServer:
                 return int(float(line.split()[-1]))
         return 0
 
-    def stop(self):
-        self.proc.terminate()
-        return self.proc.wait(timeout=30)
-
 
 def test_mutual_tls_serves_clients_of_the_ca_and_refuses_others_at_the_handshake(pki):
     server = TlsServer(pki, f"--tls_client_ca={pki}/ca.pem")
     try:
-        with server.channel("client") as ch:
+        with server.tls_channel("client") as ch:
             stub = kv_pb2_grpc.KeyValueStub(ch)
             assert stub.Put(kv_pb2.PutRequest(key=b"m", value=b"v"), timeout=10).result == kv_pb2.RESULT_OK
         for identity in (None, "stranger"):  # no certificate; one of another CA
-            with server.channel(identity) as ch:
+            with server.tls_channel(identity) as ch:
                 with pytest.raises(grpc.RpcError) as err:
                     kv_pb2_grpc.KeyValueStub(ch).Put(kv_pb2.PutRequest(key=b"m", value=b"w"), timeout=10)
                 assert err.value.code() == grpc.StatusCode.UNAVAILABLE, (identity, err.value)
-        with server.channel("client") as ch:
+        with server.tls_channel("client") as ch:
             got = kv_pb2_grpc.KeyValueStub(ch).Get(kv_pb2.GetRequest(key=b"m"), timeout=10)
             assert got.found and got.value == b"v", "a refused client's Put ran"
         # The CLI with its certificate.
@@ -122,7 +111,7 @@ def test_mutual_tls_serves_clients_of_the_ca_and_refuses_others_at_the_handshake
 def test_a_bearer_token_is_required_of_every_call_and_health_stays_open(pki):
     server = TlsServer(pki, f"--auth_token_file={pki}/token")
     try:
-        with server.channel() as ch:
+        with server.tls_channel() as ch:
             stub = kv_pb2_grpc.KeyValueStub(ch)
             for metadata in ((), (("authorization", "Bearer wrong-token-0123456789"),), (("authorization", TOKEN),)):
                 with pytest.raises(grpc.RpcError) as err:
