@@ -103,7 +103,6 @@ class KvService final : public KeyValueRawService {
   std::optional<Refusal> refusal(const CallOps& ops) const;
 
   const ShardFilter& shard() const { return shard_; }
-  const ServiceLimits& limits() const { return limits_; }
   // A Stream's reactor is done: one fewer open.
   void stream_closed() { streams_open_.fetch_sub(1, std::memory_order_relaxed); }
   std::uint32_t key_width() const { return key_width_; }

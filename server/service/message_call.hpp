@@ -11,8 +11,8 @@
 #include <string>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/proto_utils.h>  // SerializationTraits of protobuf messages
 #include <grpcpp/support/proto_buffer_reader.h>
-#include <grpcpp/support/proto_buffer_writer.h>
 
 namespace gpukv::server {
 
