@@ -8,7 +8,7 @@
 //
 // with the host accesses each op made (TableStats host_reads + host_writes) and the reads the info bits
 // avoided. Baseline in the same run: GPU random 16-byte reads of pinned host memory over windows of 64 MB,
-// 1 GB and the host tier's size (ANCHORS.md measures the same: 750 / 110 / 43 M/s on an H100).
+// 1 GB and the host tier's size (749 / 109 / 43.4 M/s on an H100: bench/RESULTS.md, "the host tier (issue 4)").
 //
 //   host_tier_bench_gpu --kw=8 --vw=8 --device_gb=1 --host_gb=8 --host_load=0.8 --orders=walk,ordered
 //

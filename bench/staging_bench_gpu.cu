@@ -13,7 +13,8 @@
 //   prefetch  pinned, and batch i+1's input is prefetched before batch i executes (the batcher's pipeline):
 //             the input copy overlaps the previous batch
 // Bytes over PCIe per op: in 1 + kw + 1 (+ value stride + 4 for a batch with writes), out 1 + value stride
-// + 4 (the value columns are copied whole); the limit is ANCHORS.md's 55 GB/s each way.
+// + 4 (the value columns are copied whole); the limit is the link's 55 GB/s each way (a bulk copy between
+// pinned host memory and the device on the lent H100 and H200 hosts, 2026-11-22).
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -135,7 +136,7 @@ int main(int argc, char** argv) {
   for (const char* workload : {"get_hit", "mixed"}) {
     const bool mixed = std::strcmp(workload, "mixed") == 0;
     const std::uint64_t in_bytes = 1 + kw + 1 + (mixed ? stride + 4 : 0), out_bytes = 1 + stride + 4;
-    const double link = 55e9;  // ANCHORS.md: pinned host <-> device, each way
+    const double link = 55e9;  // pinned host <-> device, each way, on the H100 hosts
     const double limit = std::min(link / static_cast<double>(in_bytes), link / static_cast<double>(out_bytes));
     char config[256];
     std::snprintf(config, sizeof config, "kw=%u vw=%u batch=%llu batches=%llu in_bytes_per_op=%llu out_bytes_per_op=%llu pcie_limit_gops=%.2f",

@@ -57,7 +57,7 @@ struct TableConfig {
   // A pass's host-tier accesses run in a phase of their own, by at most host_phase_threads GPU threads
   // (0: as many as fit), and with order_host sorted by host address, so that the threads in flight touch a
   // narrow window of host memory: random host access is bound by address translation, not bytes
-  // (ANCHORS.md). order_host = false keeps batch order (for measuring what the sort buys).
+  // (bench/RESULTS.md, "the host tier (issue 4)"). order_host = false keeps batch order (for measuring what the sort buys).
   bool order_host = true;
   std::uint32_t host_phase_threads = 0;
   std::uint32_t ticket_bits = 8;       // ticket size on the board: 2, 4 or 8 bits (see ticket_board.hpp)

@@ -140,8 +140,8 @@ struct ExecuteOp {
   }
 
   // Leaves an op that must touch host memory to the host phase, keyed by the host slot where its walk (or
-  // its claim) begins. Random host accesses are bound by address translation (ANCHORS.md: 43 M/s over
-  // 8 GB, 750 M/s over 64 MB), so the phase runs them sorted by that address, and the threads in flight
+  // its claim) begins. Random host accesses are bound by address translation (43.4 M/s over 8 GB, 749
+  // M/s over 64 MB on an H100: bench/RESULTS.md, "the host tier (issue 4)"), so the phase runs them sorted by that address, and the threads in flight
   // touch a narrow window at a time.
   GPUKV_HD bool defer_to_host(const Probe& p, const OpIn& in) const {
     const bool inserts = in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent;
