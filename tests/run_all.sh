@@ -28,6 +28,9 @@ echo "== tests: Release"
 GPUKV_KILL_ROUNDS=$([ "${GPUKV_LONG:-0}" = 1 ] && echo 25 || echo 5) \
   ctest --test-dir "$root/build" --output-on-failure -j"$jobs"
 
+echo "== tests: the installed table library (cmake --install, find_package(gpukv) from a program outside)"
+"$root/tests/install/install_test.sh" "$root/build"
+
 echo "== tests: end to end (the server binary on 127.0.0.1, a Python grpcio client)"
 venv="$root/build/e2e-venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
