@@ -32,8 +32,9 @@ grpc::Status status_of(CallCode code, std::string_view message) {
 
 namespace {
 
-CallOps packed(std::size_t count, OpKind kind, const std::string& keys, const google::protobuf::RepeatedField<std::uint32_t>& key_lengths,
-               const std::string& values = {}, const google::protobuf::RepeatedField<std::uint32_t>* value_lengths = nullptr) {
+CallOps packed(std::size_t count, OpKind kind, const std::string& keys,
+               const google::protobuf::RepeatedField<std::uint32_t>& key_lengths, const std::string& values = {},
+               const google::protobuf::RepeatedField<std::uint32_t>* value_lengths = nullptr) {
   CallOps ops;
   ops.count = count;
   ops.kind = kind;
@@ -75,7 +76,8 @@ Clock::time_point call_deadline(const grpc::CallbackServerContext& ctx) {
 std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t value_lengths_size, std::size_t values_size) {
   std::uint64_t key_bytes = 0;
   for (std::size_t i = 0; i < ops.count; ++i) key_bytes += ops.key_lengths[i];
-  if (key_bytes != keys_size) return "key_lengths add up to " + std::to_string(key_bytes) + " bytes, keys has " + std::to_string(keys_size);
+  if (key_bytes != keys_size)
+    return "key_lengths add up to " + std::to_string(key_bytes) + " bytes, keys has " + std::to_string(keys_size);
   std::size_t writes = 0;
   for (std::size_t i = 0; i < ops.count; ++i) writes += is_write(kind_at(ops, i));
   if (writes != value_lengths_size) {
@@ -128,7 +130,8 @@ constexpr const char* kStartingOrDraining = "the server is starting or draining"
 namespace {
 
 grpc::Status unauthenticated() {
-  return {grpc::StatusCode::UNAUTHENTICATED, "this server takes calls with its bearer token only (metadata authorization: Bearer <token>)"};
+  return {grpc::StatusCode::UNAUTHENTICATED,
+          "this server takes calls with its bearer token only (metadata authorization: Bearer <token>)"};
 }
 
 // A Stream refused before it starts: finishes at once, reads nothing.
@@ -142,14 +145,16 @@ class RefusedStream final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
 std::optional<KvService::Refusal> KvService::refusal(const CallOps& ops) const {
   if (batcher_.load() == nullptr) return Refusal{CallCode::kUnavailable, kStartingOrDraining};
-  if (ops.count > max_call_ops_.load()) return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
+  if (ops.count > max_call_ops_.load())
+    return Refusal{CallCode::kResourceExhausted, "the call has more operations than the queue holds"};
   // Room for every GET's value is reserved before any is found: a call of many GETs at a large value width
   // would hold memory for an answer it could never send.
   if (const std::uint64_t gets = get_count(ops); gets * value_width_ > limits_.max_message_bytes) {
-    return Refusal{CallCode::kResourceExhausted,
-                   "the call's " + std::to_string(gets) + " GETs may answer " + std::to_string(gets * value_width_) + " bytes of values (" +
-                       std::to_string(value_width_) + " bytes each), over the " + std::to_string(limits_.max_message_bytes) +
-                       " bytes a response carries (--max_message_bytes): split the call"};
+    return Refusal{CallCode::kResourceExhausted, "the call's " + std::to_string(gets) + " GETs may answer " +
+                                                     std::to_string(gets * value_width_) + " bytes of values (" +
+                                                     std::to_string(value_width_) + " bytes each), over the " +
+                                                     std::to_string(limits_.max_message_bytes) +
+                                                     " bytes a response carries (--max_message_bytes): split the call"};
   }
   return std::nullopt;
 }
@@ -277,8 +282,9 @@ void KvService::refuse(const char* method, FinishableCall* call, const Refusal& 
 
 template <class Call>
 grpc::ServerUnaryReactor* KvService::serve(const char* method, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
-                                           grpc::ByteBuffer* out, void (KvService::*handle)(grpc::CallbackServerContext*, Call*)) {
-  auto* call = new Call(ctx, out, calls_in_flight_);  // deleted, and off the count, when finished
+                                           grpc::ByteBuffer* out,
+                                           void (KvService::*handle)(grpc::CallbackServerContext*, Call*)) {
+  auto* call = new Call(ctx, out, calls_in_flight_);    // deleted, and off the count, when finished
   grpc::ServerUnaryReactor* reactor = call->reactor();  // the call may be finished before handle returns
   if (!admitted(*ctx)) {
     const grpc::Status status = unauthenticated();
@@ -286,8 +292,10 @@ grpc::ServerUnaryReactor* KvService::serve(const char* method, grpc::CallbackSer
     call->finish(status);
   } else if (call->others_in_flight() >= limits_.max_calls) {
     if (on_limit_) on_limit_("calls");
-    refuse(method, call, Refusal{CallCode::kResourceExhausted, "the server has " + std::to_string(limits_.max_calls) +
-                                                                   " calls in flight, the most it takes (--max_concurrent_calls): retry later"});
+    refuse(
+        method, call,
+        Refusal{CallCode::kResourceExhausted, "the server has " + std::to_string(limits_.max_calls) +
+                                                  " calls in flight, the most it takes (--max_concurrent_calls): retry later"});
   } else if (!call->parse(in)) {
     reject(method, call, unparsable<std::remove_cvref_t<decltype(call->request())>>());
   } else {
@@ -305,10 +313,12 @@ grpc::ServerUnaryReactor* KvService::Put(grpc::CallbackServerContext* ctx, const
 grpc::ServerUnaryReactor* KvService::Delete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return serve("Delete", ctx, in, out, &KvService::delete_key);
 }
-grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* KvService::BatchGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                              grpc::ByteBuffer* out) {
   return serve("BatchGet", ctx, in, out, &KvService::batch_get);
 }
-grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* KvService::BatchPut(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                              grpc::ByteBuffer* out) {
   return serve("BatchPut", ctx, in, out, &KvService::batch_put);
 }
 grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
@@ -318,7 +328,8 @@ grpc::ServerUnaryReactor* KvService::BatchDelete(grpc::CallbackServerContext* ct
 grpc::ServerUnaryReactor* KvService::Stats(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
   return serve("Stats", ctx, in, out, &KvService::stats);
 }
-grpc::ServerUnaryReactor* KvService::Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) {
+grpc::ServerUnaryReactor* KvService::Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                              grpc::ByteBuffer* out) {
   return serve("Snapshot", ctx, in, out, &KvService::snapshot);
 }
 
@@ -368,7 +379,8 @@ void KvService::delete_key(grpc::CallbackServerContext* ctx, DeleteCall* call) {
 void KvService::batch_get(grpc::CallbackServerContext* ctx, BatchGetCall* call) {
   const v1::BatchGetRequest& req = call->request();
   const CallOps ops = packed(req.key_lengths_size(), OpKind::kGet, req.keys(), req.key_lengths());
-  if (auto e = check_columns(ops, req.keys().size(), 0, 0); !e.empty()) return reject("BatchGet", call, "malformed request: " + e);
+  if (auto e = check_columns(ops, req.keys().size(), 0, 0); !e.empty())
+    return reject("BatchGet", call, "malformed request: " + e);
   if (const auto r = refusal(ops)) return refuse("BatchGet", call, *r);
   v1::BatchGetResponse* resp = &call->response();
   unary("BatchGet", ctx, call, ops, results_in(ops, value_width_, *resp), resp->mutable_owners(), [resp](CallResults& r) {
@@ -440,7 +452,8 @@ void KvService::stats(grpc::CallbackServerContext*, StatsCall* call) {
 
 void KvService::snapshot(grpc::CallbackServerContext*, SnapshotCall* call) {
   if (!snapshotter_) {
-    const grpc::Status status(grpc::StatusCode::FAILED_PRECONDITION, "this server keeps no data: it was started without --data_dir");
+    const grpc::Status status(grpc::StatusCode::FAILED_PRECONDITION,
+                              "this server keeps no data: it was started without --data_dir");
     count("Snapshot", status);
     call->finish(status);
     return;
@@ -475,9 +488,7 @@ namespace {
 // of them; gRPC's own flow control then holds the client's sends. A slow reader slows only itself.
 class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  StreamReactor(KvService& service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) {
-    StartRead(&incoming_);
-  }
+  StreamReactor(KvService& service, grpc::CallbackServerContext* ctx) : service_(service), ctx_(ctx) { StartRead(&incoming_); }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed (or the call broke)
@@ -553,9 +564,9 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   struct Item {
     v1::StreamRequest request;
     v1::StreamResponse response;
-    grpc::ByteBuffer wire;  // the response serialized, when its write starts
-    CallResults results;  // in response
-    bool answered = false;  // response is complete; guarded by mutex_
+    grpc::ByteBuffer wire;       // the response serialized, when its write starts
+    CallResults results;         // in response
+    bool answered = false;       // response is complete; guarded by mutex_
     std::size_t held_bytes = 0;  // the request's, and the room its response holds for values (set by submit)
     bool held = false;           // held_bytes counted in held_bytes_; guarded by mutex_
   };
@@ -605,13 +616,13 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     Item& held = *item;  // the arguments below are evaluated in no set order with the lambda that takes `item`
     service_.run_owned(ops, &held.results, held.response.mutable_owners(), call_deadline(*ctx_),
                        [this, item = std::move(item)](CallCode code, std::string_view message) {
-      if (code != CallCode::kOk) {
-        fail(item, status_of(code, message));
-        return;
-      }
-      item->response.mutable_values()->resize(item->results.values_size);
-      respond(item);
-    });
+                         if (code != CallCode::kOk) {
+                           fail(item, status_of(code, message));
+                           return;
+                         }
+                         item->response.mutable_values()->resize(item->results.values_size);
+                         respond(item);
+                       });
   }
 
   // A request the server could not run (queue full, its deadline passed, draining): every op fails, the
@@ -651,7 +662,8 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     {
       std::lock_guard lock(mutex_);
       if (ended_early_.ok()) {
-        ended_early_ = grpc::Status(grpc::StatusCode::INTERNAL, "a response could not be serialized: " + serialized.error_message());
+        ended_early_ =
+            grpc::Status(grpc::StatusCode::INTERNAL, "a response could not be serialized: " + serialized.error_message());
       }
     }
     ctx_->TryCancel();
@@ -688,18 +700,18 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
 
   KvService& service_;
   grpc::CallbackServerContext* ctx_;
-  grpc::ByteBuffer incoming_;   // the read in progress
-  std::mutex mutex_;            // guards everything below
+  grpc::ByteBuffer incoming_;                // the read in progress
+  std::mutex mutex_;                         // guards everything below
   std::deque<std::shared_ptr<Item>> order_;  // read, not yet written, in read order; front: being written
-  int outstanding_ = 0;         // requests read and not yet answered
+  int outstanding_ = 0;                      // requests read and not yet answered
   bool reads_done_ = false;
   bool reading_paused_ = false;  // flow control: no read started until the client takes some answers
   std::size_t held_bytes_ = 0;   // of the items in order_
   bool writing_ = false;
-  bool broken_ = false;         // a write failed: the client is gone
+  bool broken_ = false;  // a write failed: the client is gone
   bool finished_ = false;
-  grpc::Status first_error_;    // the stream's final status: the first failed request's, or OK,
-  grpc::Status ended_early_;    // unless this one is set: why the stream ended before the client closed it
+  grpc::Status first_error_;  // the stream's final status: the first failed request's, or OK,
+  grpc::Status ended_early_;  // unless this one is set: why the stream ended before the client closed it
 };
 
 }  // namespace
@@ -713,8 +725,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* KvService::Stream(g
   if (streams_open_.fetch_add(1, std::memory_order_relaxed) >= limits_.max_streams) {
     streams_open_.fetch_sub(1, std::memory_order_relaxed);
     if (on_limit_) on_limit_("streams");
-    const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED, "the server has " + std::to_string(limits_.max_streams) +
-                                                                        " streams open, the most it takes (--max_streams): retry later");
+    const grpc::Status status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              "the server has " + std::to_string(limits_.max_streams) +
+                                  " streams open, the most it takes (--max_streams): retry later");
     count("Stream", status);
     return new RefusedStream(status);
   }

@@ -15,9 +15,9 @@
 
 #include "batcher/batcher.hpp"
 #include "bearer_token.hpp"
+#include "gpukv/v1/kv.grpc.pb.h"
 #include "message_call.hpp"
 #include "persistence/durability.hpp"
-#include "gpukv/v1/kv.grpc.pb.h"
 #include "shard_filter.hpp"
 
 namespace gpukv::server {
@@ -30,7 +30,7 @@ struct ServiceLimits {
   std::size_t max_calls = 16384;                          // unary calls read and not yet answered
   std::size_t max_streams = 1024;                         // Stream calls open
   // Per connection (gRPC's channel arguments; gRPC 1.51 has no bound on the number of connections):
-  std::size_t max_calls_per_connection = 1024;  // HTTP/2 streams at once: a client's further calls wait in it
+  std::size_t max_calls_per_connection = 1024;     // HTTP/2 streams at once: a client's further calls wait in it
   std::chrono::seconds max_connection_idle{3600};  // a connection without calls this long is closed (0: never)
 };
 // What one Stream may hold of requests read and answers not yet written before the server stops reading
@@ -65,13 +65,16 @@ class KvService final : public KeyValueRawService {
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Put(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* BatchGet(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* BatchPut(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
   grpc::ServerUnaryReactor* BatchDelete(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
                                         grpc::ByteBuffer* out) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Stream(grpc::CallbackServerContext* ctx) override;
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
-  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in, grpc::ByteBuffer* out) override;
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* in,
+                                     grpc::ByteBuffer* out) override;
 
   // What the Snapshot call does: asks for a snapshot and returns at once; `done` runs (on another thread)
   // with the result. Set before serving; without one, Snapshot is FAILED_PRECONDITION.
@@ -180,7 +183,6 @@ Clock::time_point call_deadline(const grpc::CallbackServerContext& ctx);
 
 // Checks that packed columns are consistent: key lengths add up to the keys, one value length per write op,
 // value lengths add up to the values. Returns an error message, or empty.
-std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t value_lengths_size,
-                          std::size_t values_size);
+std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t value_lengths_size, std::size_t values_size);
 
 }  // namespace gpukv::server

@@ -59,7 +59,10 @@ template <class Request, class Response>
 class MessageCall final : public FinishableCall {
  public:
   MessageCall(grpc::CallbackServerContext* ctx, grpc::ByteBuffer* out, std::atomic<std::size_t>& in_flight)
-      : reactor_(ctx->DefaultReactor()), out_(out), in_flight_(in_flight), others_(in_flight.fetch_add(1, std::memory_order_relaxed)) {}
+      : reactor_(ctx->DefaultReactor()),
+        out_(out),
+        in_flight_(in_flight),
+        others_(in_flight.fetch_add(1, std::memory_order_relaxed)) {}
 
   // How many calls were in flight when this one came.
   std::size_t others_in_flight() const { return others_; }

@@ -62,7 +62,8 @@ std::string check_options(const ServerOptions& o) {
     return bound("max_connection_idle_s", "0 to 2073600 (24 days)", std::to_string(o.limits.max_connection_idle.count()));
   }
   if (o.shard_count < 1 || o.shard_index >= o.shard_count) {
-    return "--shard_index must be below --shard_count (" + std::to_string(o.shard_count) + "), got " + std::to_string(o.shard_index);
+    return "--shard_index must be below --shard_count (" + std::to_string(o.shard_count) + "), got " +
+           std::to_string(o.shard_index);
   }
   if (o.tls_cert.empty() != o.tls_key.empty()) return "--tls_cert and --tls_key go together: give both, or neither for plaintext";
   if (!o.tls_client_ca.empty() && o.tls_cert.empty()) {

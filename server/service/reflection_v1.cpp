@@ -37,7 +37,8 @@ class Answers {
       }
       case v1::ServerReflectionRequest::kAllExtensionNumbersOfType: {
         const auto* type = pool.FindMessageTypeByName(request.all_extension_numbers_of_type());
-        if (type == nullptr) return error(grpc::StatusCode::NOT_FOUND, "no message type " + request.all_extension_numbers_of_type(), response);
+        if (type == nullptr)
+          return error(grpc::StatusCode::NOT_FOUND, "no message type " + request.all_extension_numbers_of_type(), response);
         std::vector<const google::protobuf::FieldDescriptor*> extensions;
         pool.FindAllExtensions(type, &extensions);
         auto* numbers = response.mutable_all_extension_numbers_response();

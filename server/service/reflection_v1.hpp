@@ -16,10 +16,9 @@ class ReflectionV1 final : public grpc::reflection::v1::ServerReflection::Servic
   // `services`: the fully qualified names list_services answers with, the services the server registered.
   explicit ReflectionV1(std::vector<std::string> services) : services_(std::move(services)) {}
 
-  grpc::Status ServerReflectionInfo(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<grpc::reflection::v1::ServerReflectionResponse, grpc::reflection::v1::ServerReflectionRequest>* stream)
-      override;
+  grpc::Status ServerReflectionInfo(grpc::ServerContext* ctx,
+                                    grpc::ServerReaderWriter<grpc::reflection::v1::ServerReflectionResponse,
+                                                             grpc::reflection::v1::ServerReflectionRequest>* stream) override;
 
  private:
   const std::vector<std::string> services_;

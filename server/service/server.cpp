@@ -46,13 +46,15 @@ Server::Server(const ServerOptions& options) : options_(options) {
   Table::check(options_.table);  // a bad table setting before any port opens
   metrics_ = std::make_unique<Metrics>(options_.metrics_listen);
   service_ = std::make_unique<KvService>(
-      options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count), options_.limits,
-      [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); },
-      [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); }, [m = metrics_.get()](const char* limit) { m->on_limit(limit); });
+      options_.table.key_width, options_.table.value_width, ShardFilter(options_.shard_index, options_.shard_count),
+      options_.limits, [m = metrics_.get()](const char* method, grpc::StatusCode code) { m->on_request(method, code); },
+      [m = metrics_.get()](std::size_t keys) { m->on_wrong_shard(keys); },
+      [m = metrics_.get()](const char* limit) { m->on_limit(limit); });
   if (!options_.auth_token_file.empty()) {
     service_->require_token(BearerToken::from_file(options_.auth_token_file));
     if (options_.tls_cert.empty()) {
-      spdlog::warn("--auth_token_file without --tls_cert: the token crosses the network in plaintext, readable by anyone on the path");
+      spdlog::warn(
+          "--auth_token_file without --tls_cert: the token crosses the network in plaintext, readable by anyone on the path");
     }
   }
   if (!options_.durability.data_dir.empty()) {
@@ -81,7 +83,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
   builder.SetMaxSendMessageSize(static_cast<int>(options_.limits.max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, static_cast<int>(options_.limits.max_calls_per_connection));
   if (options_.limits.max_connection_idle.count() > 0) {  // the client reconnects on its next call
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, static_cast<int>(options_.limits.max_connection_idle.count() * 1000));
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(options_.limits.max_connection_idle.count() * 1000));
   }
   grpc_ = builder.BuildAndStart();
   if (grpc_ == nullptr || port_ == 0) throw std::runtime_error("cannot listen on " + options_.listen);
@@ -91,7 +94,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
   table_ = std::make_unique<Table>(options_.table);
   BatchLog log;
   if (!options_.durability.data_dir.empty()) {
-    spdlog::info("recovering {} (--wal={})", options_.durability.data_dir.string(), persistence::to_string(options_.durability.wal));
+    spdlog::info("recovering {} (--wal={})", options_.durability.data_dir.string(),
+                 persistence::to_string(options_.durability.wal));
     Metrics* m = metrics_.get();
     durability_ = std::make_unique<persistence::Durability>(
         options_.durability, *table_,
@@ -99,15 +103,17 @@ Server::Server(const ServerOptions& options) : options_(options) {
                                          [m](double seconds) { m->on_wal_sync(seconds); },
                                          [m](std::uint64_t writes, std::uint64_t bytes, double seconds) {
                                            m->on_recovery(seconds, writes);
-                                           spdlog::info("loading: {} writes, {:.2f} GB in {:.0f} s", writes, bytes / 1e9, seconds);
+                                           spdlog::info("loading: {} writes, {:.2f} GB in {:.0f} s", writes, bytes / 1e9,
+                                                        seconds);
                                          },
                                          [m](const persistence::SnapshotResult& r) {
                                            m->on_snapshot(r.error.empty(), r.seconds, r.bytes, r.items);
                                            if (r.error.empty()) {
-                                             spdlog::info("snapshot {}: {} items, {:.3f} GB in {:.2f} s (reading the table {:.2f} s, "
-                                                          "encoding {:.2f} s, writing {:.2f} s, final fsync {:.2f} s)",
-                                                          r.path.string(), r.items, r.bytes / 1e9, r.seconds, r.table_seconds,
-                                                          r.encode_seconds, r.write_seconds, r.sync_seconds);
+                                             spdlog::info(
+                                                 "snapshot {}: {} items, {:.3f} GB in {:.2f} s (reading the table {:.2f} s, "
+                                                 "encoding {:.2f} s, writing {:.2f} s, final fsync {:.2f} s)",
+                                                 r.path.string(), r.items, r.bytes / 1e9, r.seconds, r.table_seconds,
+                                                 r.encode_seconds, r.write_seconds, r.sync_seconds);
                                            } else {
                                              spdlog::error("snapshot failed after {:.2f} s: {}", r.seconds, r.error);
                                            }
@@ -120,11 +126,15 @@ Server::Server(const ServerOptions& options) : options_(options) {
     }
     spdlog::info("recovered {} writes from {} log records in {} segments; loading took {:.3f} s", r.writes, r.log.records,
                  r.log.segments, r.took.count());
-    if (!r.log.torn.empty()) spdlog::warn("dropped a torn last log record (a write cut short, never acknowledged): {}", r.log.torn);
-    for (const std::string& lost : r.snapshot.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its items lost: {}", lost);
-    for (const std::string& lost : r.log.skipped) spdlog::error("--recover_skip_corrupt passed over damage, its writes lost: {}", lost);
+    if (!r.log.torn.empty())
+      spdlog::warn("dropped a torn last log record (a write cut short, never acknowledged): {}", r.log.torn);
+    for (const std::string& lost : r.snapshot.skipped)
+      spdlog::error("--recover_skip_corrupt passed over damage, its items lost: {}", lost);
+    for (const std::string& lost : r.log.skipped)
+      spdlog::error("--recover_skip_corrupt passed over damage, its writes lost: {}", lost);
     if (options_.durability.wal == persistence::WalMode::kOff) {
-      spdlog::warn("--data_dir without --wal: a restart keeps the newest snapshot; writes since it are lost if the server is killed");
+      spdlog::warn(
+          "--data_dir without --wal: a restart keeps the newest snapshot; writes since it are lost if the server is killed");
     }
     durability_ready_ = durability_.get();
     log.encode = [d = durability_.get()](const BatchIn& in, const std::uint8_t* status, std::string* record) {
@@ -136,8 +146,7 @@ Server::Server(const ServerOptions& options) : options_(options) {
   const TableStats stats = table_->stats();
   metrics_->on_table(stats, 0);  // before the batcher's thread takes over the metrics
   batcher_ = std::make_unique<Batcher>(
-      *table_, options_.batcher,
-      [this](const BatchReport& report) { metrics_->on_batch(report, batcher_->queued_ops()); },
+      *table_, options_.batcher, [this](const BatchReport& report) { metrics_->on_batch(report, batcher_->queued_ops()); },
       [this](const TableStats& stats, std::size_t ops) { service_->update_stats(stats, ops); }, std::move(log));
   service_->attach(batcher_.get(), stats, to_string(table_->backend()), table_->device_name());
   set_health(*grpc_, true);
@@ -146,8 +155,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
                stats.capacity, stats.max_items);
   if (options_.shard_count > 1) spdlog::info("shard {} of {}", options_.shard_index, options_.shard_count);
   if (batcher_->batch_size() < options_.batcher.batch_size) {
-    spdlog::info("batches of {} operations, not --batch_size={}: at {} B values a batch stages at most {} MiB", batcher_->batch_size(),
-                 options_.batcher.batch_size, options_.table.value_width, kMaxStagedBatchBytes >> 20);
+    spdlog::info("batches of {} operations, not --batch_size={}: at {} B values a batch stages at most {} MiB",
+                 batcher_->batch_size(), options_.batcher.batch_size, options_.table.value_width, kMaxStagedBatchBytes >> 20);
   }
 }
 
@@ -160,8 +169,8 @@ void Server::shutdown(std::chrono::milliseconds grace) {
   stopped_ = true;
   spdlog::info("draining");
   set_health(*grpc_, false);
-  service_->detach();   // new calls: UNAVAILABLE
-  batcher_->drain();    // queued calls run to completion
+  service_->detach();  // new calls: UNAVAILABLE
+  batcher_->drain();   // queued calls run to completion
   grpc_->Shutdown(std::chrono::system_clock::now() + grace);
   grpc_->Wait();
   if (durability_) {

@@ -26,8 +26,12 @@ int main() {
   }
   const auto run = [&](gpukv::OpKind kind) {
     std::vector<std::uint8_t> ops(n, static_cast<std::uint8_t>(kind));
-    gpukv::BatchIn in{n, ops.data(), reinterpret_cast<const std::uint8_t*>(keys.data()), key_lens.data(),
-                      reinterpret_cast<const std::uint8_t*>(values.data()), value_lens.data()};
+    gpukv::BatchIn in{n,
+                      ops.data(),
+                      reinterpret_cast<const std::uint8_t*>(keys.data()),
+                      key_lens.data(),
+                      reinterpret_cast<const std::uint8_t*>(values.data()),
+                      value_lens.data()};
     gpukv::BatchOut out{status.data(), reinterpret_cast<std::uint8_t*>(out_values.data()), out_value_lens.data()};
     table.execute(in, out);
   };
@@ -41,7 +45,8 @@ int main() {
     std::memcpy(&got, reinterpret_cast<const char*>(out_values.data()) + i * stride, 8);
     if (status[i] != static_cast<std::uint8_t>(gpukv::OpStatus::kOk) || out_value_lens[i] != 8 || got != i) {
       return std::fprintf(stderr, "get %zu: status %d, length %u, value %llu\n", i, status[i], out_value_lens[i],
-                          static_cast<unsigned long long>(got)), 1;
+                          static_cast<unsigned long long>(got)),
+             1;
     }
   }
   std::printf("gpukv package: %zu keys stored and read back on the %s backend\n", n, to_string(table.backend()));
