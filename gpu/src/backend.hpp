@@ -6,9 +6,9 @@
 #include <type_traits>
 
 #include "geometry.hpp"
-#include "gpukv/detail/batch_ref.hpp"
-#include "gpukv/detail/pass_runner.hpp"
-#include "gpukv/detail/table_ref.hpp"
+#include "detail/batch_ref.hpp"
+#include "detail/pass_runner.hpp"
+#include "detail/table_ref.hpp"
 #include "gpukv/table.hpp"
 #include "gpukv/types.hpp"
 

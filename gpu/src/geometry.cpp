@@ -4,8 +4,8 @@
 #include <cmath>
 #include <string>
 
-#include "gpukv/detail/batch_groups.hpp"
-#include "gpukv/detail/table_ref.hpp"
+#include "detail/batch_groups.hpp"
+#include "detail/table_ref.hpp"
 
 namespace gpukv::detail {
 namespace {

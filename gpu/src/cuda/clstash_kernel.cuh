@@ -17,7 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gpukv/detail/pass_ops.hpp"
+#include "../detail/pass_ops.hpp"
 
 namespace gpukv::detail {
 

@@ -20,9 +20,9 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/hd.hpp"
-#include "gpukv/detail/key_hash.hpp"
-#include "gpukv/detail/ticket_board.hpp"
+#include "hd.hpp"
+#include "key_hash.hpp"
+#include "ticket_board.hpp"
 #include "gpukv/types.hpp"
 
 namespace gpukv::detail {

@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/hd.hpp"
+#include "hd.hpp"
 
 namespace gpukv::detail {
 

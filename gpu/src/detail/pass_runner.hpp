@@ -16,9 +16,9 @@
 #include <bit>
 #include <cstdint>
 
-#include "gpukv/detail/cleanup.hpp"
-#include "gpukv/detail/export.hpp"
-#include "gpukv/detail/pass_ops.hpp"
+#include "cleanup.hpp"
+#include "export.hpp"
+#include "pass_ops.hpp"
 #include "gpukv/types.hpp"
 
 namespace gpukv::detail {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/engine.hpp"
+#include "engine.hpp"
 
 namespace gpukv::detail {
 

@@ -31,10 +31,10 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/batch_ref.hpp"
-#include "gpukv/detail/hd.hpp"
-#include "gpukv/detail/key_hash.hpp"
-#include "gpukv/detail/table_ref.hpp"
+#include "batch_ref.hpp"
+#include "hd.hpp"
+#include "key_hash.hpp"
+#include "table_ref.hpp"
 
 namespace gpukv::detail {
 

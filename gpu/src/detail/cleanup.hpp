@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/engine.hpp"
+#include "engine.hpp"
 
 namespace gpukv::detail {
 

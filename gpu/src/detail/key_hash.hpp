@@ -15,7 +15,7 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/hd.hpp"
+#include "hd.hpp"
 
 namespace gpukv::detail {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/hd.hpp"
+#include "hd.hpp"
 #include "gpukv/types.hpp"
 
 namespace gpukv::detail {

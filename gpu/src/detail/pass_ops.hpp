@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "gpukv/detail/batch_groups.hpp"
-#include "gpukv/detail/engine.hpp"
+#include "batch_groups.hpp"
+#include "engine.hpp"
 
 namespace gpukv::detail {
 
