@@ -122,7 +122,7 @@ StreamOp parse_stream_op(const std::string& line, std::size_t number) {
   else if (op == "put-if-absent") parsed.kind = v1::OP_PUT_IF_ABSENT;
   else if (op == "delete") parsed.kind = v1::OP_DELETE;
   else throw bad("unknown op '" + op + "' (get, put, put-if-absent, delete)");
-  const bool write = parsed.kind == v1::OP_PUT || parsed.kind == v1::OP_PUT_IF_ABSENT;
+  const bool write = gpukv::client::carries_value(parsed.kind);
   if (write && tab2 == std::string::npos) throw bad(op + " needs KEY<TAB>VALUE");
   if (!write && tab2 != std::string::npos) throw bad(op + " takes a key only");
   if (write) parsed.value = line.substr(tab2 + 1);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpukv/stream.hpp"
 #include "gpukv/v1/kv.pb.h"
 #include "gpukv/v1/shard_map.hpp"
 #include "result_columns.hpp"
@@ -28,7 +29,6 @@ struct SplitPlan {
   std::size_t ops() const { return part_of_op.size(); }
 };
 
-inline bool is_write(char kind) { return kind == v1::OP_PUT || kind == v1::OP_PUT_IF_ABSENT; }
 
 // The request's op kinds (a stream's ops column), or none for a batch call (one kind for all).
 template <class Request>
@@ -55,7 +55,7 @@ std::string plan_split(const ShardMap& map, const Request& request, SplitPlan* p
     std::size_t writes = n;  // a BatchPut: every op writes
     if (kinds != nullptr) {
       writes = 0;
-      for (const char k : *kinds) writes += is_write(k);
+      for (const char k : *kinds) writes += carries_value(static_cast<v1::OpKind>(k));
     }
     if (static_cast<std::size_t>(request.value_lengths_size()) != writes) {
       return std::to_string(writes) + " write operations but " + std::to_string(request.value_lengths_size()) + " value_lengths";
@@ -102,7 +102,7 @@ void split_request(const Request& request, const SplitPlan& plan, std::vector<Re
   const std::uint32_t* key_len = request.key_lengths().data();
   const std::uint32_t* value_len = nullptr;
   if constexpr (kValues) value_len = request.value_lengths().data();
-  const auto writes_at = [kinds](std::size_t i) { return kinds == nullptr || is_write((*kinds)[i]); };
+  const auto writes_at = [kinds](std::size_t i) { return kinds == nullptr || carries_value(static_cast<v1::OpKind>((*kinds)[i])); };
 
   struct Part {
     std::size_t key_bytes = 0, value_bytes = 0, writes = 0;

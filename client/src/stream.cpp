@@ -15,8 +15,6 @@ namespace {
 // because only the read side (which is running that very callback) can make it.
 thread_local const void* t_dispatching = nullptr;
 
-bool is_write(v1::OpKind kind) { return kind == v1::OP_PUT || kind == v1::OP_PUT_IF_ABSENT; }
-
 }  // namespace
 
 OpGroup& OpGroup::add(v1::OpKind kind, std::string_view key, std::string_view value) {
@@ -24,7 +22,7 @@ OpGroup& OpGroup::add(v1::OpKind kind, std::string_view key, std::string_view va
   request_.mutable_ops()->push_back(static_cast<char>(kind));
   request_.mutable_keys()->append(key);
   request_.add_key_lengths(static_cast<std::uint32_t>(key.size()));
-  if (is_write(kind)) {
+  if (carries_value(kind)) {
     request_.mutable_values()->append(value);
     request_.add_value_lengths(static_cast<std::uint32_t>(value.size()));
   }

@@ -420,7 +420,7 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
     for (std::size_t i = c.next_op; c.next_op + take < count && i < c.next_op + take; ++i) {
       c.key_offset += ops.key_lengths[i];
       const std::uint8_t kind = kind_at(ops, i);
-      if (is_write(kind)) c.value_offset += ops.value_lengths[c.write_index++];
+      if (carries_value(kind)) c.value_offset += ops.value_lengths[c.write_index++];
       c.get_index += is_get(kind);
     }
     c.next_op += take;
@@ -457,7 +457,7 @@ void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t 
     const std::size_t i = s.first_op + j, row = s.row + j;
     const std::uint8_t kind = kind_at(ops, i);
     const std::uint32_t key_len = ops.key_lengths[i];
-    const bool writes = is_write(kind);
+    const bool writes = carries_value(kind);
     const std::uint32_t value_len = writes ? ops.value_lengths[write_index] : 0;
     const bool valid = kind < kOpKindCount && key_len >= 1 && key_len <= key_width && value_len <= value_width;
     batch.ops[row] = valid ? kind : kRejectedOp;
@@ -647,7 +647,7 @@ void Batcher::log_loop() {
 void Batcher::fail_writers(StagedBatch& batch, const std::string& error) {
   for (const Segment& s : batch.segments) {
     const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
-      return op == static_cast<std::uint8_t>(OpKind::kDelete) || is_write(op);
+      return op == static_cast<std::uint8_t>(OpKind::kDelete) || carries_value(op);
     });
     if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
   }

@@ -60,10 +60,7 @@ inline std::uint8_t kind_at(const CallOps& ops, std::size_t i) {
   return ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
 }
 inline bool is_get(std::uint8_t kind) { return kind == static_cast<std::uint8_t>(OpKind::kGet); }
-// A write carries a value (one entry of value_lengths).
-inline bool is_write(std::uint8_t kind) {
-  return kind == static_cast<std::uint8_t>(OpKind::kPut) || kind == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
-}
+// An op that carries a value (carries_value, gpukv/types.hpp) has one entry of value_lengths.
 
 // The number of GET ops in a call: the caller gives its results room for one value_width value per GET.
 inline std::size_t get_count(const CallOps& ops) {

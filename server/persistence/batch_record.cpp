@@ -22,7 +22,7 @@ std::uint32_t get_u32(const std::uint8_t* p) {
 // The kind a row is logged as, or 0 for a row that changed nothing.
 std::uint8_t logged_kind(std::uint8_t op, std::uint8_t status) {
   if (status != static_cast<std::uint8_t>(OpStatus::kOk)) return 0;
-  if (op == kPut || op == static_cast<std::uint8_t>(OpKind::kPutIfAbsent)) return kPut;
+  if (carries_value(op)) return kPut;  // PUT_IF_ABSENT that stored is logged as the PUT it was
   return op == kDelete ? kDelete : 0;
 }
 

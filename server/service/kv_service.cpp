@@ -79,7 +79,7 @@ std::string check_columns(const CallOps& ops, std::size_t keys_size, std::size_t
   if (key_bytes != keys_size)
     return "key_lengths add up to " + std::to_string(key_bytes) + " bytes, keys has " + std::to_string(keys_size);
   std::size_t writes = 0;
-  for (std::size_t i = 0; i < ops.count; ++i) writes += is_write(kind_at(ops, i));
+  for (std::size_t i = 0; i < ops.count; ++i) writes += carries_value(kind_at(ops, i));
   if (writes != value_lengths_size) {
     return std::to_string(writes) + " write operations but " + std::to_string(value_lengths_size) + " value_lengths";
   }
@@ -226,7 +226,7 @@ void KvService::unary(const char* method, grpc::CallbackServerContext* ctx, Fini
   if (ops.count == 1 && ops.key_lengths == nullptr) {  // a single-key call: its request has no length columns
     call->lengths = {static_cast<std::uint32_t>(ops.keys.size()), static_cast<std::uint32_t>(ops.values.size())};
     ops.key_lengths = &call->lengths[0];
-    if (is_write(static_cast<std::uint8_t>(ops.kind))) ops.value_lengths = &call->lengths[1];
+    if (carries_value(ops.kind)) ops.value_lengths = &call->lengths[1];
     call->results.results = &call->result;
     if (results.values != nullptr) call->results.value_lengths = &call->value_length;
   }

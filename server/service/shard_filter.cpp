@@ -36,7 +36,7 @@ OwnedPart::OwnedPart(const CallOps& ops, CallResults* results, std::vector<std::
   for (std::size_t i = 0; i < ops.count; ++i) {
     const std::uint8_t kind = kind_at(ops, i);
     const std::uint32_t key_len = ops.key_lengths[i];
-    const bool write = is_write(kind);
+    const bool write = carries_value(kind);
     const std::uint32_t value_len = write ? ops.value_lengths[write_index++] : 0;
     const bool is_foreign = next_foreign < foreign_.size() && foreign_[next_foreign] == i;
     if (is_foreign) {

@@ -80,7 +80,7 @@ struct TestCall {
     kinds.push_back(static_cast<char>(kind));
     keys += key;
     key_lengths.push_back(static_cast<std::uint32_t>(key.size()));
-    if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) {
+    if (carries_value(kind)) {
       values += value;
       value_lengths.push_back(static_cast<std::uint32_t>(value.size()));
     }
@@ -495,7 +495,7 @@ void concurrent_clients_match_their_models(BatcherConfig bc, int calls_per_clien
             key_at += c.key_lengths[i];
             const auto kind = static_cast<OpKind>(c.kinds[i]);
             std::string value;
-            if (kind == OpKind::kPut || kind == OpKind::kPutIfAbsent) {
+            if (carries_value(kind)) {
               value = c.values.substr(value_at, c.value_lengths[write]);
               value_at += c.value_lengths[write++];
             }

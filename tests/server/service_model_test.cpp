@@ -223,7 +223,7 @@ class ModelClient {
     } else {
       op.key = keys_[rng_() % keys_.size()];
     }
-    if (op.kind == v1::OP_PUT || op.kind == v1::OP_PUT_IF_ABSENT) {
+    if (client::carries_value(op.kind)) {
       op.value = "c" + std::to_string(id_) + "#" + std::to_string(next_value_++);
       if (op.hot >= 0) hot_.wrote(op.hot, op.value);  // before it is sent: a read may see it at once
     }
@@ -278,7 +278,7 @@ class ModelClient {
   void batch(std::vector<Op> ops) {
     for (Op& op : ops) {
       op.kind = ops[0].kind;
-      if (op.kind == v1::OP_PUT || op.kind == v1::OP_PUT_IF_ABSENT) {
+      if (client::carries_value(op.kind)) {
         if (op.value.empty()) {
           op.value = "c" + std::to_string(id_) + "#" + std::to_string(next_value_++);
           if (op.hot >= 0) hot_.wrote(op.hot, op.value);
@@ -353,7 +353,7 @@ class ModelClient {
     };
     if (result == v1::RESULT_FULL) {
       if (!full_allowed_) return fail_op("FULL below the table's limit");
-      if (op.kind != v1::OP_PUT && op.kind != v1::OP_PUT_IF_ABSENT) return fail_op("FULL for a read or delete");
+      if (!client::carries_value(op.kind)) return fail_op("FULL for a read or delete");
       if (op.hot < 0 && model_.count(op.key) != 0) return fail_op("FULL for an overwrite of a present key");
       ++fulls_;
       return;  // nothing stored: the model stays as it is

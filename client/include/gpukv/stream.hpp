@@ -39,6 +39,9 @@
 
 namespace gpukv::client {
 
+// Whether an op of this kind carries a value (PUT and PUT_IF_ABSENT): a request's value columns hold one for it.
+inline bool carries_value(v1::OpKind kind) { return kind == v1::OP_PUT || kind == v1::OP_PUT_IF_ABSENT; }
+
 // A packed group of operations: the columns of one StreamRequest, appended in place (no allocation per
 // operation beyond the columns' amortised growth). Keys and values are bytes; the server checks their
 // widths and answers a bad one with RESULT_INVALID for that op.

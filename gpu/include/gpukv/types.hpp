@@ -18,6 +18,11 @@ enum class OpKind : std::uint8_t {
 };
 inline constexpr std::uint8_t kOpKindCount = 4;
 
+// Whether an op of this kind carries a value (PUT and PUT_IF_ABSENT): the batch's value columns hold one for it,
+// and it may insert. The byte form takes a kind column's raw byte, where an unknown kind carries none.
+constexpr bool carries_value(OpKind kind) { return kind == OpKind::kPut || kind == OpKind::kPutIfAbsent; }
+constexpr bool carries_value(std::uint8_t kind) { return carries_value(static_cast<OpKind>(kind)); }
+
 // The outcome of one operation. A miss is a result, not an error.
 enum class OpStatus : std::uint8_t {
   kOk = 0,        // done; a GET also wrote the value

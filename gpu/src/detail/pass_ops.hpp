@@ -68,7 +68,7 @@ struct OpIn {
 GPUKV_HD_INLINE OpIn load_op(const BatchRef& batch, std::uint64_t op) {
   OpIn in;
   in.kind = batch.kind(op);
-  in.value = in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent ? batch.value_in(op) : ValueIn{};
+  in.value = carries_value(in.kind) ? batch.value_in(op) : ValueIn{};
   return in;
 }
 
@@ -144,7 +144,7 @@ struct ExecuteOp {
   // M/s over 64 MB on an H100: bench/RESULTS.md, "the host tier (issue 4)"), so the phase runs them sorted by that address, and the threads in flight
   // touch a narrow window at a time.
   GPUKV_HD bool defer_to_host(const Probe& p, const OpIn& in) const {
-    const bool inserts = in.kind == OpKind::kPut || in.kind == OpKind::kPutIfAbsent;
+    const bool inserts = carries_value(in.kind);
     return p.at.to_host || (!p.at.hit && inserts && e.host.units != 0 && e.device_full());
   }
 
