@@ -10,7 +10,6 @@ FUZZ_CALLS sets the calls per RPC (1000; GPUKV_LONG=1: 100000). GPUKV_SERVER may
 """
 import os
 import random
-import urllib.request
 
 import grpc
 import pytest
@@ -148,14 +147,6 @@ def test_fuzzed_requests_never_crash_the_server_and_rejected_ones_change_nothing
     print(f"{method}: {sum(codes.values())} calls, {dict((c.name, n) for c, n in codes.items())}")
 
 
-def requests_counted(server, method, code):
-    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
-    for line in body.splitlines():
-        if line.startswith("gpukv_requests_total{") and f'method="{method}"' in line and f'code="{code}"' in line:
-            return int(float(line.split()[-1]))
-    return 0
-
-
 @pytest.mark.parametrize("method,message", [
     ("Get", "GetRequest"), ("Put", "PutRequest"), ("Delete", "DeleteRequest"), ("BatchGet", "BatchGetRequest"),
     ("BatchPut", "BatchPutRequest"), ("BatchDelete", "BatchDeleteRequest"), ("Stats", "StatsRequest"),
@@ -163,13 +154,13 @@ def requests_counted(server, method, code):
 def test_bytes_that_are_not_the_request_are_invalid_argument_naming_the_message(server, method, message):
     call = server.channel.unary_unary(SERVICE + method, request_serializer=None, response_deserializer=None)
     before_items = items(server)
-    before = requests_counted(server, method, "INVALID_ARGUMENT")
+    before = server.counter("gpukv_requests_total", method=method, code="INVALID_ARGUMENT")
     for data in UNPARSABLE:
         with pytest.raises(grpc.RpcError) as err:
             call(data, timeout=10)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (data, err.value)
         assert err.value.details() == f"the request does not parse as gpukv.v1.{message}"
-    assert requests_counted(server, method, "INVALID_ARGUMENT") == before + len(UNPARSABLE)
+    assert server.counter("gpukv_requests_total", method=method, code="INVALID_ARGUMENT") == before + len(UNPARSABLE)
     assert items(server) == before_items
 
 
@@ -189,6 +180,6 @@ def test_a_stream_message_that_does_not_parse_ends_the_stream_after_answering_th
             assert [r.id for r in replies] == [1] and replies[0].results == bytes([kv_pb2.RESULT_OK])
             got = s.stub.BatchGet(kv_pb2.BatchGetRequest(keys=b"beforeafter", key_lengths=[6, 5]), timeout=10)
             assert got.results == bytes([kv_pb2.RESULT_OK, kv_pb2.RESULT_NOT_FOUND]), "the request after it ran"
-        assert requests_counted(s, "Stream", "INVALID_ARGUMENT") == len(UNPARSABLE)
+        assert s.counter("gpukv_requests_total", method="Stream", code="INVALID_ARGUMENT") == len(UNPARSABLE)
     finally:
         assert s.stop() == 0

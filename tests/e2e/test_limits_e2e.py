@@ -11,20 +11,11 @@ follows the table's widths: wide values do not reserve --batch_size batches of t
 import queue
 import re
 import time
-import urllib.request
 
 import grpc
 import pytest
 
 from test_server_e2e import Server, kv_pb2
-
-
-def metric(server, name, label):
-    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
-    for line in body.splitlines():
-        if line.startswith(name + "{") and label in line:
-            return int(float(line.split()[-1]))
-    return 0
 
 
 def items(server):
@@ -47,7 +38,7 @@ def test_calls_past_the_limit_in_flight_are_refused_at_once_and_run_nothing():
         assert all(e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED for e in refused), refused
         assert "--max_concurrent_calls" in refused[0].details(), refused[0].details()
         assert [f.result().result for f in futures] == [kv_pb2.RESULT_OK] * 3
-        assert metric(s, "gpukv_limit_refusals_total", 'limit="calls"') == 3
+        assert s.counter("gpukv_limit_refusals_total", limit="calls") == 3
         assert items(s) == 3, "a refused call stored its key"
         # Once the calls in flight are answered, new ones are taken.
         assert s.stub.Put(kv_pb2.PutRequest(key=b"after", value=b"v"), timeout=20).result == kv_pb2.RESULT_OK
@@ -71,7 +62,7 @@ def test_streams_past_the_limit_are_refused_and_a_closed_one_frees_its_place():
         with pytest.raises(grpc.RpcError) as err:
             list(third)
         assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max_streams" in err.value.details()
-        assert metric(s, "gpukv_limit_refusals_total", 'limit="streams"') == 1
+        assert s.counter("gpukv_limit_refusals_total", limit="streams") == 1
         assert not s.stub.Get(kv_pb2.GetRequest(key=b"x"), timeout=10).found, "the refused stream's PUT ran"
         requests, replies = streams.pop()
         requests.put(None)  # half-close: the stream ends and frees its place
@@ -133,7 +124,7 @@ def test_one_connection_runs_at_most_its_share_of_calls_and_the_rest_wait_in_it(
     try:
         futures = [s.stub.Put.future(kv_pb2.PutRequest(key=b"p%d" % i, value=b"v"), timeout=30) for i in range(4)]
         assert [f.result().result for f in futures] == [kv_pb2.RESULT_OK] * 4
-        assert metric(s, "gpukv_limit_refusals_total", 'limit="calls"') == 0
+        assert s.counter("gpukv_limit_refusals_total", limit="calls") == 0
     finally:
         assert s.stop() == 0
 

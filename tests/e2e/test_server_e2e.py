@@ -57,6 +57,14 @@ class Server:
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}")
         self.stub = kv_pb2_grpc.KeyValueStub(self.channel)
 
+    def counter(self, name, **labels):
+        """The value of a counter with these labels (among others) on the metrics port, 0 if not exported yet."""
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        for line in body.splitlines():
+            if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return int(float(line.split()[-1]))
+        return 0
+
     def stop(self, sig=signal.SIGTERM, timeout=30):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
