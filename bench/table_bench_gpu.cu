@@ -6,6 +6,7 @@
 // --parts=churn holds a full table under deletes and new keys (bench_churn): what its clean-ups cost.
 //
 //   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
+//                   --layouts=board,line   (slot layouts, each measured at every load in turn)
 //
 // Prints one line per measurement: "RESULT <workload> <fields...>" (see print_result).
 #include <cuda_runtime.h>
@@ -30,12 +31,13 @@ struct TableRun {
   double load;
   std::uint64_t n;
   int repeats;
+  SlotLayout layout = SlotLayout::kBoard;
 };
 
 std::string describe(const TableRun& r) {
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "kw=%u vw=%u tickets=%u probing=%s lanes=%s max_batch=%u", r.kw, r.vw, r.tickets,
-                to_string(r.probing), to_string(r.lanes), r.max_batch);
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "kw=%u vw=%u tickets=%u probing=%s layout=%s lanes=%s max_batch=%u", r.kw, r.vw, r.tickets,
+                to_string(r.probing), to_string(r.layout), to_string(r.lanes), r.max_batch);
   return buf;
 }
 
@@ -46,6 +48,7 @@ TableConfig table_config(const TableRun& r) {
   c.value_width = r.vw;
   c.ticket_bits = r.tickets;
   c.probing = r.probing;
+  c.slot_layout = r.layout;
   c.lanes = r.lanes;
   c.max_batch = r.max_batch;
   c.max_load_factor = 1.0;
@@ -353,6 +356,15 @@ void bench_switch(const TableRun& base, int repeats) {
 }
 
 Probing parse_probing(const std::string& s) { return s == "single" ? Probing::kSingle : Probing::kGroup; }
+std::vector<SlotLayout> parse_layouts(const std::string& s) {
+  std::vector<SlotLayout> out;
+  for (std::size_t at = 0; at <= s.size();) {
+    const std::size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(s.substr(at, comma - at) == "line" ? SlotLayout::kLine : SlotLayout::kBoard);
+    at = comma + 1;
+  }
+  return out;
+}
 LaneMode parse_lanes(const std::string& s) {
   return s == "stash" ? LaneMode::kStash : s == "clstash" ? LaneMode::kClStash : LaneMode::kAuto;
 }
@@ -389,7 +401,7 @@ int main(int argc, char** argv) {
     TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
                static_cast<std::uint32_t>(flags.u64s("tickets", "8")[0]), parse_probing(flags.str("probing", "group")),
                parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]),
-               1.0, n, repeats};
+               1.0, n, repeats, parse_layouts(flags.str("layouts", "board"))[0]};
     for (double headroom : flags.doubles("churn_headroom", "0.5")) {
       for (double share : flags.doubles("churn_shares", "0.01")) {
         bench_churn(r, flags.doubles("churn_max_load", "0.95")[0], headroom, share, static_cast<int>(flags.u64("churn_rounds", 40)));
@@ -400,10 +412,13 @@ int main(int argc, char** argv) {
     for (std::uint64_t tickets : flags.u64s("tickets", "8")) {
       for (std::uint64_t max_batch : flags.u64s("max_batch", "4194304")) {
         for (double load : loads) {
-          TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
-                     static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),
-                     parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(max_batch), load, n, repeats};
-          bench_table(r);
+          for (gpukv::SlotLayout layout : parse_layouts(flags.str("layouts", "board"))) {
+            TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
+                       static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),
+                       parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(max_batch), load, n, repeats,
+                       layout};
+            bench_table(r);
+          }
         }
       }
     }

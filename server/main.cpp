@@ -33,6 +33,9 @@ ABSL_FLAG(std::uint64_t, host_capacity, 0,
 ABSL_FLAG(std::uint32_t, key_width, 16, "largest key, bytes: 8, 16 or 32");
 ABSL_FLAG(std::uint32_t, value_width, 128, "largest value, bytes: 8 to 65536");
 ABSL_FLAG(std::uint32_t, ticket_bits, 8, "ticket size on the ticket-board: 2, 4 or 8");
+ABSL_FLAG(std::string, slot_layout, "board",
+          "where the device tier keeps its tickets: board (apart from the slots) or line (each probe unit one "
+          "128-byte line of tickets and slots; needs 8 + key_width + value_width <= 40)");
 ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
 ABSL_FLAG(double, cleanup_headroom, 0.5,
           "share of a full tier's EMPTY headroom its tombstones may take before it is cleaned (higher: fewer "
@@ -134,6 +137,13 @@ gpukv::BackendKind parse_backend(const std::string& s) {
   std::exit(2);
 }
 
+gpukv::SlotLayout parse_slot_layout(const std::string& s) {
+  if (s == "board") return gpukv::SlotLayout::kBoard;
+  if (s == "line") return gpukv::SlotLayout::kLine;
+  spdlog::critical("--slot_layout must be board or line, got '{}'", s);
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -169,6 +179,7 @@ int main(int argc, char** argv) {
   options.table.key_width = absl::GetFlag(FLAGS_key_width);
   options.table.value_width = absl::GetFlag(FLAGS_value_width);
   options.table.ticket_bits = absl::GetFlag(FLAGS_ticket_bits);
+  options.table.slot_layout = parse_slot_layout(absl::GetFlag(FLAGS_slot_layout));
   options.table.max_load_factor = absl::GetFlag(FLAGS_max_load_factor);
   options.table.cleanup_headroom = absl::GetFlag(FLAGS_cleanup_headroom);
   options.table.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);

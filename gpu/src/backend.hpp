@@ -71,24 +71,38 @@ std::unique_ptr<Backend> by_key_width(const Geometry& geometry, Make&& make) {
   }
 }
 
-// A tier's TableRef. A tier that does not exist (capacity 0) gets units == 0 and null pointers; `tags` is
-// null for the device tier.
+// A tier's TableRef over its memory: `board` (board_bytes()) and `slots` (slot_bytes()); in the line
+// layout the tickets are in `slots` and `board` is unused. A tier that does not exist (capacity 0) gets
+// units == 0 and null pointers; `tags` is null for the device tier.
 template <class Ref>
 Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* board, std::uint8_t* slots,
                    std::uint8_t* tags) {
+  using Codec = typename Ref::Codec;
   Ref ref;
-  ref.board.words = board;
-  ref.slots = slots;
+  if (tier.layout == SlotLayout::kLine) {
+    ref.board.words = reinterpret_cast<std::uint64_t*>(slots);
+    ref.board.stride = kLineBytes / sizeof(std::uint64_t);
+    ref.slots = slots == nullptr ? nullptr : slots + kLineSlotsOffset;
+  } else {
+    ref.board.words = board;
+    ref.board.stride = 1;
+    ref.slots = slots;
+  }
   ref.tags = tags;
   ref.units = tier.units;
-  ref.capacity = tier.capacity;
+  ref.positions = tier.positions;
+  ref.unit_lanes = 0;
+  for (std::uint32_t field = 0; field < tier.unit_slots && field < Codec::kPerWord; ++field) {
+    ref.unit_lanes |= std::uint64_t{1} << (field * Codec::kBits + Codec::kBits - 1);
+  }
   ref.value_stride = g.value_stride;
-  ref.slot_stride = g.slot_stride;
+  ref.slot_stride = tier.slot_stride;
+  ref.word_slots_stride = tier.word_slots_stride;
   return ref;
 }
 
 inline TierLimits limits_of(const TierGeometry& t) {
-  return TierLimits{t.max_items, t.cleanup_tombstones, t.crowded_tombstones};
+  return TierLimits{t.capacity, t.max_items, t.cleanup_tombstones, t.crowded_tombstones};
 }
 
 inline std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
@@ -108,8 +122,8 @@ inline TableStats make_stats(const Geometry& g, const Counters& c, const PassSta
     s.tombstones = tombstones;
     s.capacity = t.capacity;
     s.max_items = t.max_items;
-    s.board_bytes = t.board_words * sizeof(std::uint64_t) + t.tag_bytes;
-    s.slot_bytes = t.capacity * g.slot_stride;
+    s.board_bytes = t.board_bytes() + t.tag_bytes;
+    s.slot_bytes = t.slot_bytes();
     return s;
   };
   const TierStats device = tier(g.device, c.items, c.tombstones);

@@ -22,17 +22,32 @@ bool is_prime(std::uint64_t n) {
 }
 
 // A tier of `slots` slots asked for: a prime number of probe units, and the limits derived from it.
-TierGeometry tier_geometry(const TableConfig& c, std::uint64_t slots) {
+TierGeometry tier_geometry(const TableConfig& c, std::uint64_t slots, SlotLayout layout) {
   TierGeometry t;
-  const std::uint64_t per_word = 64 / c.ticket_bits;
+  t.layout = layout;
+  const std::uint32_t per_word = 64 / c.ticket_bits;
+  // A slot: | key_len u32 | value_len u32 | key | value |. On a board, rounded up to whole 32-byte sectors
+  // (table_ref.hpp); in a line, packed after the ticket word.
+  const std::uint32_t slot_bytes = kSlotHeaderBytes + c.key_width + value_stride(c.value_width);
+  if (layout == SlotLayout::kLine) {
+    t.slot_stride = slot_bytes;
+    t.unit_slots = std::min(per_word, (kLineBytes - kLineSlotsOffset) / slot_bytes);
+    t.word_slots_stride = kLineBytes;
+  } else {
+    t.slot_stride = round_up_to_sectors(slot_bytes);
+    t.unit_slots = c.probing == Probing::kGroup ? per_word : 1;
+    t.word_slots_stride = per_word * t.slot_stride;
+  }
   if (c.probing == Probing::kGroup) {
-    t.units = next_prime(std::max<std::uint64_t>(2, (slots + per_word - 1) / per_word));
-    t.capacity = t.units * per_word;
+    t.units = next_prime(std::max<std::uint64_t>(2, (slots + t.unit_slots - 1) / t.unit_slots));
+    t.capacity = t.units * t.unit_slots;
+    t.positions = t.units * per_word;
   } else {
     t.units = next_prime(std::max<std::uint64_t>(2, slots));
     t.capacity = t.units;
+    t.positions = t.units;
   }
-  t.board_words = (t.capacity + per_word - 1) / per_word;
+  t.board_words = (t.positions + per_word - 1) / per_word;
   t.max_items = static_cast<std::uint64_t>(std::floor(c.max_load_factor * static_cast<double>(t.capacity)));
   t.cleanup_tombstones =
       std::max<std::uint64_t>(1, static_cast<std::uint64_t>(std::ceil(c.cleanup_tombstones * static_cast<double>(t.capacity))));
@@ -77,13 +92,22 @@ Geometry make_geometry(const TableConfig& c) {
     reject("host_capacity must be 0.." + std::to_string(kMaxHostCapacity) + " slots, got " +
            std::to_string(c.host_capacity));
   }
+  if (c.slot_layout == SlotLayout::kLine) {
+    if (c.probing != Probing::kGroup) reject("slot_layout line needs group probing: a line is one probe unit");
+    const std::uint32_t slot_bytes = kSlotHeaderBytes + c.key_width + value_stride(c.value_width);
+    if ((kLineBytes - kLineSlotsOffset) / slot_bytes < kMinLineSlots) {
+      reject("slot_layout line holds " + std::to_string(kMinLineSlots) + " or more slots of " + std::to_string(kSlotHeaderBytes) +
+             " + key_width + value_width bytes in a " + std::to_string(kLineBytes) + "-byte line; key_width " +
+             std::to_string(c.key_width) + " and value_width " + std::to_string(c.value_width) +
+             " make a slot of " + std::to_string(slot_bytes) + " bytes: use slot_layout board");
+    }
+  }
   Geometry g;
   g.key_words = c.key_width / 8;
   g.value_stride = value_stride(c.value_width);
-  g.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + g.value_stride);
-  g.device = tier_geometry(c, c.capacity);
+  g.device = tier_geometry(c, c.capacity, c.slot_layout);
   if (c.host_capacity != 0) {
-    g.host = tier_geometry(c, c.host_capacity);
+    g.host = tier_geometry(c, c.host_capacity, SlotLayout::kBoard);
     g.host.tag_bytes = g.host.capacity;
   }
   return g;

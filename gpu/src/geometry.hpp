@@ -8,10 +8,24 @@
 namespace gpukv::detail {
 
 // One tier's sizes. A tier with capacity 0 does not exist.
+//
+// Slots are numbered by position: word * tickets-per-word + field, the ticket that describes them. In the
+// line layout a unit holds fewer slots than its word has tickets; the other tickets stay EMPTY and are never
+// claimed, so positions run past capacity.
 struct TierGeometry {
+  SlotLayout layout = SlotLayout::kBoard;
   std::uint64_t units = 0;          // probe units, a prime
-  std::uint64_t capacity = 0;       // slots
+  std::uint64_t capacity = 0;       // slots that can hold keys
+  std::uint64_t positions = 0;      // slot positions (Table::slot_count's share)
   std::uint64_t board_words = 0;    // 64-bit ticket words
+  std::uint32_t unit_slots = 0;     // slots per probe unit
+  std::uint32_t slot_stride = 0;    // bytes from one slot to the next within a unit
+  std::uint32_t word_slots_stride = 0;  // bytes from a word's first slot to the next word's
+  std::uint64_t board_bytes() const { return layout == SlotLayout::kLine ? 0 : board_words * sizeof(std::uint64_t); }
+  // The slots' memory; in the line layout, the tickets' too.
+  std::uint64_t slot_bytes() const {
+    return layout == SlotLayout::kLine ? units * std::uint64_t{kLineBytes} : positions * slot_stride;
+  }
   std::uint64_t tag_bytes = 0;      // host tier: a tag byte per slot beside the board (table_ref.hpp)
   std::uint64_t max_items = 0;      // live keys allowed
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
@@ -21,7 +35,6 @@ struct TierGeometry {
 struct Geometry {
   std::uint32_t key_words = 0;      // key_width / 8
   std::uint32_t value_stride = 0;   // value bytes per slot and per batch entry
-  std::uint32_t slot_stride = 0;    // bytes per slot (both tiers)
   TierGeometry device;
   TierGeometry host;
 };

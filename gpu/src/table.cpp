@@ -39,6 +39,8 @@ const char* to_string(BackendKind kind) {
 
 const char* to_string(Probing probing) { return probing == Probing::kGroup ? "group" : "single"; }
 
+const char* to_string(SlotLayout layout) { return layout == SlotLayout::kBoard ? "board" : "line"; }
+
 const char* to_string(LaneMode mode) {
   switch (mode) {
     case LaneMode::kAuto: return "auto";

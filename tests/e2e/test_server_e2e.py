@@ -247,6 +247,9 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     ("--max_message_bytes=1000", "--max_message_bytes must be 1048576 (1 MiB) to 1073741824 (1 GiB), got 1000"),
     ("--max_concurrent_calls=0", "--max_concurrent_calls must be 1 to 1000000, got 0"),
     ("--max_streams=0", "--max_streams must be 1 to 100000, got 0"),
+    ("--slot_layout=tiles", "--slot_layout must be board or line, got 'tiles'"),
+    # The default widths (16-byte keys, 128-byte values) make a slot of 152 bytes: not 3 to a line.
+    ("--slot_layout=line", "key_width 16 and value_width 128 make a slot of 152 bytes: use slot_layout board"),
 ])
 def test_the_server_refuses_a_bad_setting_with_a_clear_error_before_it_listens(flag, message):
     """A bad flag stops the server with a message naming it and its bounds, before any port opens: nothing
@@ -257,6 +260,28 @@ def test_the_server_refuses_a_bad_setting_with_a_clear_error_before_it_listens(f
     assert run.returncode != 0, output
     assert message in output, output
     assert "listening on port" not in output, output
+
+
+def test_a_server_with_the_line_layout_stores_and_serves_keys():
+    """--slot_layout=line (tickets and slots of a probe unit in one 128-byte line) serves every call as the
+    board layout does: 1000 keys written in a batch, read back, overwritten, deleted one by one."""
+    s = Server("--slot_layout=line", "--key_width=8", "--value_width=8", "--capacity=5000")
+    try:
+        keys = [f"k{i}".encode() for i in range(1000)]
+        blob, lengths = packed(keys)
+        values = [f"v{i}".encode() for i in range(1000)]
+        put = s.stub.BatchPut(kv_pb2.BatchPutRequest(keys=blob, key_lengths=lengths, values=b"".join(values),
+                                                     value_lengths=[len(v) for v in values]), timeout=30)
+        assert put.results == bytes([kv_pb2.RESULT_OK]) * 1000
+        got = s.stub.BatchGet(kv_pb2.BatchGetRequest(keys=blob, key_lengths=lengths), timeout=30)
+        assert got.results == bytes([kv_pb2.RESULT_OK]) * 1000 and got.values == b"".join(values)
+        assert s.stub.Put(kv_pb2.PutRequest(key=b"k7", value=b"new"), timeout=10).result == kv_pb2.RESULT_OK
+        assert s.stub.Get(kv_pb2.GetRequest(key=b"k7"), timeout=10).value == b"new"
+        for key in keys:
+            assert s.stub.Delete(kv_pb2.DeleteRequest(key=key), timeout=10).deleted
+        assert not s.stub.Get(kv_pb2.GetRequest(key=b"k1"), timeout=10).found
+    finally:
+        s.stop()
 
 
 def test_cli_against_the_server(server):

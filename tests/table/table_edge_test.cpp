@@ -367,6 +367,43 @@ TEST_P(TableEdgeTest, BadSettingsAreRejectedWithAClearError) {
   rejects([](TableConfig& c) { c.cleanup_headroom = 0; }, "cleanup_headroom");
   rejects([](TableConfig& c) { c.cleanup_headroom = 1.5; }, "cleanup_headroom");
   rejects([](TableConfig& c) { c.max_batch = 0; }, "max_batch");
+  rejects([](TableConfig& c) { c.slot_layout = SlotLayout::kLine; c.probing = Probing::kSingle; }, "group probing");
+  // 8 + 32 + 32 bytes: one slot per 128-byte line.
+  rejects([](TableConfig& c) { c.slot_layout = SlotLayout::kLine; c.key_width = 32; c.value_width = 32; }, "slot_layout board");
+}
+
+// The line layout's memory: a unit is one 128-byte line holding its ticket word and as many packed slots as
+// fit (5 of 24 bytes for 8-byte keys and values), with no board apart; every slot of it takes a key.
+TEST_P(TableEdgeTest, LineLayoutPacksAUnitIntoOneLine) {
+  TableConfig c = config();
+  c.slot_layout = SlotLayout::kLine;
+  c.capacity = 1000;
+  c.max_load_factor = 1.0;
+  Table table(c);
+  const TableStats s = table.stats();
+  EXPECT_EQ(s.board_bytes, 0u);
+  ASSERT_EQ(s.capacity % 5, 0u);
+  EXPECT_GE(s.capacity, 1000u);
+  EXPECT_EQ(s.slot_bytes, s.capacity / 5 * kLineBytes);
+  EXPECT_EQ(table.slot_count(), s.capacity / 5 * 8);  // positions keep the board's numbering
+  std::vector<Op> fill;
+  for (std::uint64_t i = 0; i < s.capacity; ++i) fill.push_back(put("k" + std::to_string(i), std::to_string(i)));
+  Columns all(c, fill);
+  table.execute(all.in(), all.out());
+  for (std::uint64_t i = 0; i < s.capacity; ++i) ASSERT_EQ(all.status(i), OpStatus::kOk) << i;
+  Columns one_more(c, {put("one more", "x")});
+  table.execute(one_more.in(), one_more.out());
+  EXPECT_EQ(one_more.status(0), OpStatus::kFull);
+  EXPECT_EQ(table.stats().items, s.capacity);
+  // Packed slots sit side by side in a line: no write spilled into a neighbour.
+  std::vector<Op> reads;
+  for (std::uint64_t i = 0; i < s.capacity; ++i) reads.push_back(get("k" + std::to_string(i)));
+  Columns got(c, reads);
+  table.execute(got.in(), got.out());
+  for (std::uint64_t i = 0; i < s.capacity; ++i) {
+    ASSERT_EQ(got.status(i), OpStatus::kOk) << i;
+    ASSERT_EQ(got.value(i), std::to_string(i)) << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, TableEdgeTest, testing::Values(BackendKind::kCpu, BackendKind::kGpu),

@@ -1,7 +1,7 @@
 // The table against std::unordered_map over long random mixed sequences: inserts, overwrites,
 // PUT_IF_ABSENT, deletes and re-inserts, hot keys repeated inside one batch, fills up to the maximum load
-// factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes and backends,
-// with one tier and with a host tier that the device tier spills into. Now and then the table is read out
+// factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes, slot layouts
+// and backends, with one tier and with a host tier that the device tier spills into. Now and then the table is read out
 // whole (export_items, a snapshot's source) and compared with the model.
 #include <gtest/gtest.h>
 
@@ -30,6 +30,7 @@ struct ModelCase {
   std::uint64_t host_capacity = 0;  // host-tier slots (0: none)
   bool order_host = true;           // the host phase sorted by host address (else in batch order)
   std::uint32_t host_phase_threads = 0;
+  SlotLayout layout = SlotLayout::kBoard;  // the device tier's
 };
 
 std::string case_name(const ModelCase& c) {
@@ -38,7 +39,8 @@ std::string case_name(const ModelCase& c) {
          "_b" + std::to_string(c.max_batch) + "_lf" + std::to_string(static_cast<int>(c.max_load * 100)) + "_" +
          to_string(c.lanes) + (c.host_capacity != 0 ? "_host" + std::to_string(c.host_capacity) : "") +
          (c.order_host ? "" : "_unordered") +
-         (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "");
+         (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "") +
+         (c.layout != SlotLayout::kBoard ? std::string("_") + to_string(c.layout) : "");
 }
 std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
 // How gtest prints a case (its default dumps the struct's bytes, padding included).
@@ -68,6 +70,7 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   config.host_capacity = c.host_capacity;
   config.order_host = c.order_host;
   config.host_phase_threads = c.host_phase_threads;
+  config.slot_layout = c.layout;
   Table table(config);
   const std::uint64_t max_items = total_max_items(table.stats());
   Model model(max_items);
@@ -179,6 +182,20 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
   ModelCase narrow{backend, 8, 8, 4, Probing::kGroup, 1000, ops(150000)};
   narrow.host_phase_threads = 256;
   tiered(narrow, 3000);
+  // The line layout (tickets and slots of a unit in one line): every ticket size, the widths whose slots
+  // fill a line to 5, 3 and 3 slots (one with a value that is not a multiple of 8), small passes, a full load
+  // factor, a larger table, and a device tier of lines spilling into a host tier on a board.
+  const auto lined = [&](ModelCase c, std::uint64_t host = 0) {
+    c.layout = SlotLayout::kLine;
+    c.host_capacity = host;
+    v.push_back(c);
+  };
+  for (std::uint32_t bits : {2u, 4u, 8u}) lined({backend, 8, 8, bits, Probing::kGroup, 3000, ops(250000)});
+  lined({backend, 16, 8, 8, Probing::kGroup, 3000, ops(200000)});
+  lined({backend, 8, 13, 4, Probing::kGroup, 2000, ops(150000), /*max_batch=*/97});
+  lined({backend, 16, 16, 8, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0});
+  lined({backend, 8, 8, 8, Probing::kGroup, 60000, ops(1000000)});
+  lined({backend, 8, 8, 8, Probing::kGroup, 1000, ops(250000)}, 3000);
   if (backend == BackendKind::kGpu) {
     // Both lane schedules of the GPU's probing kernel, each on its own for the whole sequence.
     for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {
@@ -186,6 +203,8 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
       v.push_back({backend, 16, 128, 4, Probing::kSingle, 4000, ops(200000), 1 << 20, 0, 0.95, lanes});
       v.push_back({backend, 32, 8, 2, Probing::kGroup, 4000, ops(200000), 1 << 20, 0, 1.0, lanes});
       tiered({backend, 8, 8, 8, Probing::kGroup, 4000, ops(300000), 1 << 20, 0, 0.95, lanes}, 12000);
+      lined({backend, 8, 8, 8, Probing::kGroup, 20000, ops(500000), 1 << 20, 0, 0.95, lanes});
+      lined({backend, 16, 8, 4, Probing::kGroup, 4000, ops(300000), 1 << 20, 0, 0.95, lanes}, 12000);
     }
   }
   return v;

@@ -42,6 +42,15 @@ enum class BackendKind : std::uint8_t { kAuto, kCpu, kGpu };
 // them at once (SwissTable-style); kSingle visits one ticket per probe, as Stadium Hashing describes it.
 enum class Probing : std::uint8_t { kGroup, kSingle };
 
+// Where the device tier keeps its tickets. kBoard: on a ticket-board apart from the slots, as Stadium
+// Hashing lays them out (the host tier always does: its board stays in GPU memory while its slots are in
+// host memory). kLine: each probe unit is one 128-byte line holding its ticket word and the slots it
+// describes, so that a hit reads one line of memory where kBoard reads two; group probing only, and the line
+// must hold at least kMinLineSlots slots of 8 + key_width + value_width bytes (bench/RESULTS.md, issue 17).
+enum class SlotLayout : std::uint8_t { kBoard, kLine };
+inline constexpr std::uint32_t kLineBytes = 128;
+inline constexpr std::uint32_t kMinLineSlots = 3;
+
 // How the GPU schedules the lanes of a warp for the probing step. kAuto is the hybrid: clStash for a pass
 // that mixes reads and writes, or once the table's load passes TableConfig::clstash_load; Stash otherwise
 // (bench/RESULTS.md has the measurements behind this rule). The CPU backend has no lanes and ignores it.
@@ -50,6 +59,7 @@ enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash };
 const char* to_string(BackendKind kind);
 const char* to_string(Probing probing);
 const char* to_string(LaneMode mode);
+const char* to_string(SlotLayout layout);
 
 struct TableConfig {
   std::uint32_t key_width = 8;         // bytes: 8, 16 or 32
@@ -73,6 +83,7 @@ struct TableConfig {
   // deletes and new keys walks ever longer before then. Lower: shorter walks, more clean-ups.
   double cleanup_headroom = 0.5;
   Probing probing = Probing::kGroup;
+  SlotLayout slot_layout = SlotLayout::kBoard;  // the device tier's; see SlotLayout
   BackendKind backend = BackendKind::kAuto;
   LaneMode lanes = LaneMode::kAuto;
   double clstash_load = -1;            // hybrid switch load; < 0: the measured default for the probing scheme
@@ -126,8 +137,8 @@ struct TierStats {
   std::uint64_t tombstones = 0;       // deleted slots not yet cleaned
   std::uint64_t capacity = 0;         // slots (0: the tier does not exist)
   std::uint64_t max_items = 0;        // floor(max_load_factor * capacity)
-  std::uint64_t board_bytes = 0;      // ticket-board size (always in GPU memory on the GPU backend)
-  std::uint64_t slot_bytes = 0;       // slot storage size
+  std::uint64_t board_bytes = 0;      // ticket-board size (always in GPU memory on the GPU backend); 0 in the line layout
+  std::uint64_t slot_bytes = 0;       // slot storage size (in the line layout, the tickets' too)
 };
 
 struct TableStats {

@@ -296,10 +296,10 @@ class GpuBackend final : public Backend {
       : config_(config),
         geometry_(g),
         device_(select_device(config.gpu_device)),
-        board_(g.device.board_words * sizeof(std::uint64_t), "the ticket-board"),
-        slots_(g.device.capacity * g.slot_stride, "the slots"),
-        host_board_(g.host.board_words * sizeof(std::uint64_t), "the host tier's ticket-board"),
-        host_slots_(g.host.capacity * g.slot_stride, "the host tier's slots", GpuMemory::kMappedHost),
+        board_(g.device.board_bytes(), "the ticket-board"),
+        slots_(g.device.slot_bytes(), "the slots"),
+        host_board_(g.host.board_bytes(), "the host tier's ticket-board"),
+        host_slots_(g.host.slot_bytes(), "the host tier's slots", GpuMemory::kMappedHost),
         host_tags_(g.host.tag_bytes, "the host tier's tags"),
         counters_(sizeof(Counters), "counters"),
         exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
@@ -308,8 +308,10 @@ class GpuBackend final : public Backend {
                 exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load) {
-    // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket).
-    exec_.zero(board_.data(), board_.bytes());
+    // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
+    // line layout the tickets are among them.
+    if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());
+    if (g.device.layout == SlotLayout::kLine) exec_.zero(slots_.data(), slots_.bytes());
     if (!host_board_.empty()) exec_.zero(host_board_.data(), host_board_.bytes());
     exec_.write_counters(Counters{});
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));

@@ -125,7 +125,7 @@ struct Engine {
   void prefetch_walk(const ProbePlan& plan, int stage) const {
     const std::uint64_t word = table.word_of(plan.first);
     if (stage == 0) {
-      __builtin_prefetch(table.board.words + word);
+      __builtin_prefetch(table.board.at(word));
       return;
     }
     const std::uint64_t code = Codec::info_code(plan.info);

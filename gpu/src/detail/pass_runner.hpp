@@ -68,6 +68,7 @@ inline double default_clstash_load(Probing probing) { return probing == Probing:
 
 // A tier's limits, from its geometry.
 struct TierLimits {
+  std::uint64_t capacity = 0;            // slots that can hold keys
   std::uint64_t max_items = 0;           // live keys allowed
   std::uint64_t cleanup_tombstones = 0;  // tombstones that trigger a clean-up
   std::uint64_t crowded_tombstones = 0;  // tombstones past max_items that trigger one (see crowded())
@@ -98,11 +99,13 @@ class PassRunner {
         counters_(counters),
         lanes_(lanes),
         clstash_items_(static_cast<std::uint64_t>((clstash_load < 0 ? default_clstash_load(Ref::kProbing) : clstash_load) *
-                                                  static_cast<double>(table.capacity))),
+                                                  static_cast<double>(device_limits.capacity))),
+        capacity_(device_limits.capacity),
+        host_capacity_(host_limits.capacity),
         max_items_(device_limits.max_items),
         host_max_items_(host_limits.max_items),
         host_phase_(host_phase),
-        host_sort_bits_(std::bit_width(host.capacity) + kHostQueueOpBits),
+        host_sort_bits_(std::bit_width(host.positions) + kHostQueueOpBits),
         crowded_tombstones_{device_limits.crowded_tombstones, host_limits.crowded_tombstones},
         cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
 
@@ -169,7 +172,7 @@ class PassRunner {
     }
   }
 
-  std::uint64_t slot_count() const { return table_.capacity + host_.capacity; }
+  std::uint64_t slot_count() const { return table_.positions + host_.positions; }
 
   // Copies the live items of slot positions [from, from + n) (the device tier's slots, then the host
   // tier's) to `out`, memory the executor's threads write, with room for n items; returns how many.
@@ -178,8 +181,8 @@ class PassRunner {
     std::uint64_t count = 0;
     for (const bool in_host : {false, true}) {
       const Ref t = in_host ? host_ : table_;
-      const std::uint64_t base = in_host ? table_.capacity : 0;  // the tier's first position
-      const std::uint64_t begin = std::max(from, base), stop = std::min(end, base + t.capacity);
+      const std::uint64_t base = in_host ? table_.positions : 0;  // the tier's first position
+      const std::uint64_t begin = std::max(from, base), stop = std::min(end, base + t.positions);
       if (begin >= stop) continue;
       known_.extracted = 0;
       exec_.write_counters(known_);
@@ -223,7 +226,7 @@ class PassRunner {
   }
   // The slots a tier at max_items keeps EMPTY.
   std::uint64_t headroom(bool in_host) const {
-    return in_host ? host_.capacity - host_max_items_ : table_.capacity - max_items_;
+    return in_host ? host_capacity_ - host_max_items_ : capacity_ - max_items_;
   }
 
   void maybe_cleanup(bool in_host) {
@@ -240,21 +243,21 @@ class PassRunner {
   bool cleanup_tier(bool in_host) {
     const Ref t = in_host ? host_ : table_;
     const CleanupWord<Ref> word{t};
-    const std::uint64_t regions = (t.capacity + kCleanupRegionSlots - 1) / kCleanupRegionSlots;
+    const std::uint64_t regions = (t.positions + kCleanupRegionSlots - 1) / kCleanupRegionSlots;
     auto starts = exec_.allocate(regions * sizeof(unsigned long long), false);
     if (starts.empty()) return false;
     auto* region = reinterpret_cast<unsigned long long*>(starts.data());
     exec_.zero(region, regions * sizeof(unsigned long long));
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(t.capacity, CleanupCount<Ref>{word, region});
+    exec_.for_each(t.positions, CleanupCount<Ref>{word, region});
     const std::uint64_t displaced = exec_.read_counters().extracted;
     auto buffer = exec_.allocate(displaced * t.slot_stride, in_host);
     if (displaced != 0 && buffer.empty()) return false;
     exec_.exclusive_sum(region, regions);  // each region's first place in the buffer
     known_.extracted = 0;
     exec_.write_counters(known_);
-    exec_.for_each(t.capacity, CleanupExtract<Ref>{word, buffer.data(), region});
+    exec_.for_each(t.positions, CleanupExtract<Ref>{word, buffer.data(), region});
     exec_.for_each(displaced, CleanupReinsert<Ref>{word, buffer.data(), counters_});
     known_ = exec_.read_counters();
     if (known_.lost != 0 || known_.extracted != displaced) {
@@ -275,6 +278,8 @@ class PassRunner {
   Counters* counters_;
   LaneMode lanes_;
   std::uint64_t clstash_items_;  // live keys from which kAuto switches to clStash
+  std::uint64_t capacity_;       // the device tier's slots that can hold keys
+  std::uint64_t host_capacity_;
   std::uint64_t max_items_;
   std::uint64_t host_max_items_;
   HostPhase host_phase_;

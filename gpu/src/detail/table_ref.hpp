@@ -1,14 +1,24 @@
 // The table as the per-operation code sees it: a small, trivially copyable handle (cuco's *_ref) that kernels
 // take by value and host threads share. It owns nothing.
 //
-// Slots: one per ticket, `slot_stride` bytes each, in the same order as the tickets:
+// Slots: one per ticket, in the same order as the tickets, each
 //
-//   | key_len u32 | value_len u32 | key: key_width bytes | value: value_stride bytes | zeros to 32 B |
+//   | key_len u32 | value_len u32 | key: key_width bytes | value: value_stride bytes |
 //
-// The stride is a whole number of 32-byte sectors (the unit GPU memory moves), so a slot never straddles
-// more sectors than it must, and a write can cover every sector it touches completely: a partial sector
-// write costs HBM a read-modify-write. For 8-byte keys and values that is 32 bytes where 24 would hold the
-// data; the benchmark counts bytes per stored pair with it.
+// Two layouts (SlotLayout), told apart only by three strides, so that every function below serves both:
+//
+//   board: the tickets on a board of their own; slots `slot_stride` bytes apart, the stride rounded up to
+//          whole 32-byte sectors (the unit GPU memory moves), so that a slot never straddles more sectors
+//          than it must and a write covers every sector it touches completely (a partial sector write costs
+//          HBM a read-modify-write). For 8-byte keys and values that is 32 bytes where 24 hold the data.
+//   line:  probe unit u is the 128-byte line u: its ticket word, then unit_slots packed slots
+//
+//            | ticket word u | slot 8u | slot 8u+1 | ... | slot 8u+unit_slots-1 | (8-bit tickets)
+//
+//          A hit reads the ticket word and then its slot in the same line, which a lone thread finds in L2
+//          when both sit in the line's first 64 bytes, where the board layout's slot is a second random DRAM
+//          access (bench/RESULTS.md, "the memory cost of one operation"). The tickets past unit_slots stay
+//          EMPTY and are masked out of every probe (lanes), so slot positions keep the board's numbering.
 //
 // Key and value are zero-padded past their lengths. The two lengths sit in separate 32-bit fields because
 // they have different writers: key_len (with the key) is written only while the ticket is BUSY, value_len
@@ -29,6 +39,7 @@ namespace gpukv::detail {
 
 inline constexpr std::uint32_t kSlotHeaderBytes = 8;
 inline constexpr std::uint32_t kSectorBytes = 32;
+inline constexpr std::uint32_t kLineSlotsOffset = 8;  // a line's first slot follows its ticket word
 
 constexpr std::uint32_t round_up_to_sectors(std::uint32_t bytes) {
   return (bytes + kSectorBytes - 1) / kSectorBytes * kSectorBytes;
@@ -44,15 +55,17 @@ struct TableRef {
   static_assert(KeyWords_ == 1 || KeyWords_ == 2 || KeyWords_ == 4);
 
   Board<Bits> board;
-  std::uint8_t* slots;
+  std::uint8_t* slots;  // slot 0
   // Host tier only (nullptr in the device tier): one more byte of each key's info per slot, in GPU memory
   // beside the board. A ticket whose info code matches is checked against it before the host slot is
   // read, so a lookup reads host memory in vain about 1 time in 256 * (2^Bits - 3) instead of 1 in 2^Bits - 3.
   std::uint8_t* tags;
   std::uint64_t units;         // prime
-  std::uint64_t capacity;      // slots that can hold keys
+  std::uint64_t positions;     // slot positions: kPerWord per board word (group probing), or units (single)
+  std::uint64_t unit_lanes;    // group probing: the top bits of the fields that describe slots (all but in a line)
   std::uint32_t value_stride;  // value bytes per slot, a multiple of 8
-  std::uint32_t slot_stride;   // kSlotHeaderBytes + 8 * key_words + value_stride, rounded up to sectors
+  std::uint32_t slot_stride;   // bytes from a slot to the next of its word (>= kSlotHeaderBytes + 8 * key_words + value_stride)
+  std::uint64_t word_slots_stride;  // bytes from a word's first slot to the next word's
 
   GPUKV_HD_INLINE std::uint64_t word_of(std::uint64_t unit) const {
     if constexpr (P == Probing::kGroup) {
@@ -64,7 +77,7 @@ struct TableRef {
   // Top bits of the fields that belong to `unit` within its word.
   GPUKV_HD_INLINE std::uint64_t lanes_of(std::uint64_t unit) const {
     if constexpr (P == Probing::kGroup) {
-      return Codec::kTopBits;
+      return unit_lanes;
     } else {
       return std::uint64_t{1} << ((unit % Codec::kPerWord) * Bits + Bits - 1);
     }
@@ -75,7 +88,9 @@ struct TableRef {
 
   GPUKV_HD_INLINE static std::uint8_t tag_of(std::uint32_t info) { return static_cast<std::uint8_t>(info); }
 
-  GPUKV_HD_INLINE std::uint8_t* slot(std::uint64_t index) const { return slots + index * slot_stride; }
+  GPUKV_HD_INLINE std::uint8_t* slot(std::uint64_t index) const {
+    return slots + index / Codec::kPerWord * word_slots_stride + index % Codec::kPerWord * slot_stride;
+  }
   GPUKV_HD_INLINE std::uint32_t* key_len(std::uint64_t index) const {
     return reinterpret_cast<std::uint32_t*>(slot(index));
   }
@@ -131,9 +146,11 @@ GPUKV_UNROLL
     for (std::uint32_t j = 0; j < full; ++j) out[j] = value.word(j);
     std::uint32_t written = full;
     if (value_bytes % 8 != 0) out[written++] = value.word(full) & byte_mask(value_bytes % 8);
-    // Zero the rest of the last sector touched (the value starts 8 + 8 * key_words bytes into the slot).
+    // Zero the rest of the last sector touched (the value starts 8 + 8 * key_words bytes into the slot), or
+    // of the slot where it ends first (a packed slot of the line layout).
     const std::uint32_t first_word = 1 + key_words;
-    const std::uint32_t end = round_up_to_sectors((first_word + written) * 8) / 8;
+    const std::uint32_t sector_end = round_up_to_sectors((first_word + written) * 8);
+    const std::uint32_t end = (sector_end < slot_stride ? sector_end : slot_stride) / 8;
     for (std::uint32_t j = first_word + written; j < end; ++j) out[j - first_word] = 0;
   }
 };

@@ -78,13 +78,16 @@ template <int Bits>
 struct Board {
   using Codec = TicketCodec<Bits>;
   std::uint64_t* words;
+  std::uint64_t stride;  // 64-bit words from one ticket word to the next: 1 on a board, 16 in 128-byte lines
+
+  GPUKV_HD_INLINE std::uint64_t* at(std::uint64_t word) const { return words + word * stride; }
 
   // Relaxed: no ordering is needed within a pass. A slot's bytes are written only while its ticket is BUSY,
   // and a BUSY ticket becomes FULL or TOMBSTONE only in the step after the pass (FinishPass).
   // So every FULL ticket a lookup meets was published by an earlier kernel (or, on the CPU, before the
   // thread pool's last join), and that boundary orders the slot's bytes before the lookup.
   GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
-    return atomic_ref<std::uint64_t>(words[word]).load(memory_order_relaxed);
+    return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_relaxed);
   }
 
   // Turns an EMPTY or TOMBSTONE ticket into BUSY (or into `to`, where no thread can read the slot before
@@ -95,13 +98,13 @@ struct Board {
     const std::uint64_t code = (seen >> shift) & Codec::kFieldMask;
     const std::uint64_t desired = (seen & ~(Codec::kFieldMask << shift)) | (to << shift);
     return (code == Codec::kEmpty || code == Codec::kTombstone) &&
-           atomic_ref<std::uint64_t>(words[word]).compare_exchange_strong(seen, desired, memory_order_relaxed);
+           atomic_ref<std::uint64_t>(*at(word)).compare_exchange_strong(seen, desired, memory_order_relaxed);
   }
 
   // Changes a ticket this thread owns from one known code to another. XOR touches no other ticket and needs
   // no retry; the caller's ownership (BUSY, or the only thread that may change this key) makes it safe.
   GPUKV_HD_INLINE void flip(std::uint64_t word, int field, std::uint64_t from, std::uint64_t to) const {
-    atomic_ref<std::uint64_t>(words[word]).fetch_xor((from ^ to) << (field * Bits), memory_order_relaxed);
+    atomic_ref<std::uint64_t>(*at(word)).fetch_xor((from ^ to) << (field * Bits), memory_order_relaxed);
   }
 };
 
