@@ -149,7 +149,7 @@ class CpuBackend final : public Backend {
   PassScratch scratch_for(std::uint64_t n) {
     if (n > scratch_ops_) {
       const ScratchBytes bytes = scratch_bytes(n);
-      groups_ = HostBuffer(bytes.groups);
+      groups_ = HostBuffer(bytes.groups);  // zeroed by the kernel: PassRunner clears only what a pass leaves behind
       group_of_ = HostBuffer(bytes.group_of);
       conflicts_ = HostBuffer(bytes.conflicts);
       pending_ = HostBuffer(bytes.pending);

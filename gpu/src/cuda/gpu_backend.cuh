@@ -462,6 +462,7 @@ class GpuBackend final : public Backend {
       GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));
       const ScratchBytes bytes = scratch_bytes(n);
       groups_ = GpuBuffer(bytes.groups, "batch grouping");
+      exec_.zero(groups_.data(), groups_.bytes());  // PassRunner clears only what a pass leaves behind
       group_of_ = GpuBuffer(bytes.group_of, "batch grouping");
       conflicts_ = GpuBuffer(bytes.conflicts, "deferred ops");
       pending_ = GpuBuffer(bytes.pending, "pass results");

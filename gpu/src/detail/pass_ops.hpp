@@ -1,9 +1,10 @@
 // The steps of one pass, each a per-item function object `f(i, tally)`. A CUDA kernel runs one as a thin
 // grid-stride loop; the CPU backend runs the same object from its worker threads. Order within a pass:
 //
-//   StartPass      every grouping-table entry: clear it; every op: count the pass's valid writes
-//   GroupOp        every op: validate, and (if the pass writes) hash its key and enter it in the grouping table
-//   ExecuteOp      every op: run it now if its key is alone in the pass, else defer it
+//   StartPass      every grouping-table entry an earlier pass left: clear it; every op: count the valid writes
+//   GroupOp        every op, if the pass writes: validate, hash its key and enter it in the grouping table
+//   ExecuteOp      every op: run it now if its key is alone in the pass (validating it first in a pass
+//                  without writes), else defer it
 //   (sort the deferred ops by (group entry, op index))
 //   ExecuteSegment every deferred op that starts a group entry: run that entry's ops in batch order
 //   HostQueueKey   every op ExecuteOp left for the host tier: its host address, as a sort key
@@ -24,34 +25,36 @@ GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std:
   return load_key(batch.key(op), batch.key_lens[op], table.key_words);
 }
 
-// Clears the grouping table (at least twice as many entries as ops) and counts the pass's valid writes
-// (PUT, PUT_IF_ABSENT, DELETE), before any other step: the lane schedule depends on the mix, and a pass
-// without writes needs no grouping. One sweep, so that counting costs no launch of its own.
+// Clears the grouping-table entries the last pass with writes left (`clear` of them: PassRunner tracks them,
+// so that a run of read-only passes clears nothing) and counts the pass's valid writes (PUT, PUT_IF_ABSENT,
+// DELETE), before any other step: the lane schedule depends on the mix, and a pass without writes needs no
+// grouping. One sweep, so that counting costs no launch of its own.
 struct StartPass {
   static constexpr const char* kName = "StartPass";
   BatchRef batch;
   std::uint32_t* groups;
+  std::uint64_t clear;
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
-    groups[i] = 0;
+    if (i < clear) groups[i] = 0;
     if (i < batch.size) tally.writes += batch.kind(i) != OpKind::kGet && batch.valid(i);
   }
 };
 
-// Groups ops by key so that same-key ops take effect in batch order. A pass without writes skips it: GETs
-// commute (every order gives the same results, and the table does not change), so each runs at once with
-// no hash and no grouping-table CAS, hot keys included (their walks share cache lines).
+// A pass without writes: StartPass counted none. Then GETs commute (every order gives the same results, and
+// the table does not change), so each runs at once with no hash and no grouping-table CAS, hot keys included
+// (their walks share cache lines), and ExecuteOp validates it itself: GroupOp and group_of are not used.
+GPUKV_HD_INLINE bool read_only(const PassRef& pass) { return pass.counters->writes == 0; }
+
+// Groups ops by key so that same-key ops take effect in batch order (a pass with writes only).
 template <class Ref>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
+    if (read_only(e.pass)) return;
     if (!e.batch.valid(op)) {
       e.batch.set_status(op, OpStatus::kInvalid);
       e.pass.group_of[op] = kNoGroup;
-      return;
-    }
-    if (e.pass.counters->writes == 0) {  // StartPass has counted them: a read-only pass
-      e.pass.group_of[op] = kUngrouped;
       return;
     }
     const KeyWords key = batch_key(e.table, e.batch, op);
@@ -103,7 +106,7 @@ struct ExecuteOp {
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred).
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
-    const std::uint32_t entry = e.pass.group_of[op];
+    const std::uint32_t entry = group_entry(op);
     if (entry == kNoGroup) return settled(op);
     // The key's first board word is fetched together with its group entry: most ops are alone in their
     // group and go straight on to the walk.
@@ -123,7 +126,7 @@ struct ExecuteOp {
   }
   // begin() with the op's Planned.
   bool begin(std::uint64_t op, const Planned& planned, Probe& p) const {
-    const std::uint32_t entry = e.pass.group_of[op];
+    const std::uint32_t entry = group_entry(op);
     if (entry == kNoGroup) return settled(op);
     return begin_walk(op, entry, planned.key, planned.plan, p);
   }
@@ -149,9 +152,7 @@ struct ExecuteOp {
   }
 
   // Host threads only (CpuExecutor runs it a few ops ahead): Engine::prefetch_walk for op's plan.
-  void prefetch(std::uint64_t op, const Planned& planned, int stage) const {
-    if (e.pass.group_of[op] != kNoGroup) e.prefetch_walk(planned.plan, stage);
-  }
+  void prefetch(std::uint64_t, const Planned& planned, int stage) const { e.prefetch_walk(planned.plan, stage); }
 
   // Stash: one walk per thread.
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
@@ -165,6 +166,13 @@ struct ExecuteOp {
   }
 
  private:
+  // The op's grouping entry, kUngrouped, or kNoGroup for a malformed op (answered kInvalid).
+  GPUKV_HD_INLINE std::uint32_t group_entry(std::uint64_t op) const {
+    if (!read_only(e.pass)) return e.pass.group_of[op];
+    if (e.batch.valid(op)) return kUngrouped;
+    e.batch.set_status(op, OpStatus::kInvalid);
+    return kNoGroup;
+  }
   GPUKV_HD_INLINE bool settled(std::uint64_t op) const {
     e.pass.pending[op] = kNothingPending;
     return false;

@@ -125,10 +125,15 @@ class PassRunner {
                        scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
                        known_.host_items != 0};
     const Engine<Ref> engine{table_, host_, batch, pass};
-    exec_.for_each(entries, StartPass{batch, scratch.groups});
+    // Grouping entries outside [0, dirty_groups_) are zero (the backends zero the table when they allocate
+    // it; a new one may come at the old address, which only makes this clear more than it must).
+    if (scratch.groups != groups_seen_) dirty_groups_ = 0;
+    groups_seen_ = scratch.groups;
+    exec_.for_each(std::max(n, dirty_groups_), StartPass{batch, scratch.groups, dirty_groups_});
     exec_.for_each(n, GroupOp<Ref>{engine});
     exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
+    dirty_groups_ = known_.writes != 0 ? entries : 0;  // GroupOp fills the table only in a pass with writes
     const std::uint64_t deferred = known_.conflicts;
     if (deferred != 0) {
       exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
@@ -287,6 +292,8 @@ class PassRunner {
   const std::uint64_t crowded_tombstones_[2];  // device, host
   TierCleanup cleanup_[2];  // device, host
   Counters known_{};  // the counters as of the end of the last pass
+  const std::uint32_t* groups_seen_ = nullptr;  // the grouping table of the last pass
+  std::uint64_t dirty_groups_ = 0;              // its entries [0, dirty_groups_) may be non-zero
   PassStats stats_;
   std::uint64_t cleanup_holds_ = 0;
 };
