@@ -234,6 +234,12 @@ struct EventHandle {
   EventHandle& operator=(const EventHandle&) = delete;
 };
 
+// Threads per op that copy a GET's value after the probing step (GatherValues): a warp's worth at most, one
+// per 16 bytes. Values of two words or fewer are copied by the GET itself, where they are already in hand.
+std::uint32_t gather_lanes(std::uint32_t value_stride) {
+  return value_stride <= 16 ? 0 : std::min<std::uint32_t>(32, (value_stride + 15) / 16);
+}
+
 int select_device(int ordinal) {
   GPUKV_CUDA_CHECK(cudaSetDevice(ordinal));
   return ordinal;
@@ -307,7 +313,8 @@ class GpuBackend final : public Backend {
                 make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
                 exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
-                HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load) {
+                HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load,
+                gather_lanes(g.value_stride)) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
     // line layout the tickets are among them.
     if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());

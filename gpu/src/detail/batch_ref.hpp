@@ -72,7 +72,7 @@ struct Counters {
   unsigned long long host_writes;   // since creation: host slots written
   unsigned long long host_avoided;  // since creation: host slot reads the info bits ruled out
   unsigned long long conflicts;   // this pass: ops deferred to the ordered phase
-  unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle
+  unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle, and GETs left to GatherValues
   unsigned long long writes;      // this pass: valid PUT, PUT_IF_ABSENT and DELETE ops (StartPass)
   unsigned long long host_queued;  // this pass: ops left to the host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
@@ -112,13 +112,16 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
   add(t.extracted, &c->extracted);
 }
 
-// What FinishPass does for one op: nothing, or set the BUSY ticket of a slot to a code (FULL for a new
-// key, TOMBSTONE for a deleted one), packed as (tier << 62 | slot << 8 | code). Slots are below 2^41.
+// What an op leaves for the end of its pass: nothing; for FinishPass, set the BUSY ticket of a slot to a
+// code (FULL for a new key, TOMBSTONE for a deleted one), packed as (tier << 62 | slot << 8 | code); or for
+// GatherValues, copy a device-tier slot's value to the GET's answer, as (1 << 61 | slot). Slots are below 2^41.
 inline constexpr std::uint64_t kNothingPending = ~std::uint64_t{0};
 inline constexpr std::uint64_t kPendingHostTier = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t kPendingGather = std::uint64_t{1} << 61;
 GPUKV_HD_INLINE std::uint64_t pending_code(bool in_host, std::uint64_t slot, std::uint64_t code) {
   return (in_host ? kPendingHostTier : 0) | (slot << 8) | code;
 }
+GPUKV_HD_INLINE bool pending_gather(std::uint64_t p) { return p != kNothingPending && (p & kPendingGather) != 0; }
 
 // An entry of PassRef::host_queue is (host slot << kHostQueueOpBits | op): ops fit in 24 bits
 // (kMaxPassOps) and slots in 40, so sorting entries sorts ops by host address.
@@ -134,13 +137,16 @@ struct PassRef {
   std::uint64_t group_mask;
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
-  std::uint64_t* pending;      // per op: what FinishPass does (kNothingPending or slot << 8 | code)
+  std::uint64_t* pending;      // per op: what the pass's end does with it (kNothingPending, a ticket, a gather)
   std::uint64_t* host_queue;   // ops left to the host phase; HostQueueKey makes them (host slot << 24 | op)
   Counters* counters;
   std::uint64_t max_items;       // device tier
   std::uint64_t host_max_items;  // host tier (0 if there is none)
   bool checked;                  // reserve each new key against max_items (the pass may fill the device tier)
   bool host_live;                // the host tier held keys when the pass began, so lookups must walk it too
+  // A GET of a key alone in the pass that finds its value in the device tier leaves the copy to
+  // GatherValues, whose threads move a wide value together, rather than copying it word by word itself.
+  bool gather;
 };
 
 }  // namespace gpukv::detail

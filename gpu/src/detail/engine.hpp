@@ -284,8 +284,8 @@ struct Engine {
   }
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
-  // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn). `tickets` is
-  // first_tickets(plan).
+  // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn); Ops::kAlone says whether
+  // the key has exactly one op in the pass. `tickets` is first_tickets(plan).
   template <class Ops>
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
                         Tally& tally) const {
@@ -311,6 +311,7 @@ struct Engine {
     bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
     bool present = at.hit;
     bool written = false;     // the current value is `value` (written in this pass), not the slot's
+    bool gather = false;      // the (one) op is a GET whose value GatherValues copies
     ValueIn value{};
 
     // Every op of the pass writes its pending[] entry; the key's last op carries the commit's entry.
@@ -327,6 +328,8 @@ struct Engine {
               write_get(op, value.words, value.len);
             } else if (kWithHost && slot_in_host) {
               write_get(op, host.value_words_at(slot), *host.value_len(slot));
+            } else if (Ops::kAlone && pass.gather && batch.out_values != nullptr) {
+              gather = true;  // alone in the pass: nothing changes the slot before GatherValues reads it
             } else {
               write_get(op, table.value_words_at(slot), *table.value_len(slot));
             }
@@ -368,6 +371,7 @@ struct Engine {
     } else {
       pending = commit<false>(table, p, slot, claimed, present, written, value, tally);
     }
+    if (gather) pending = kPendingGather | slot;  // a GET changed nothing: no ticket is pending
     if (pending != kNothingPending) tally.pending += 1;
     if (any) pass.pending[last_op] = pending;
     return true;

@@ -10,6 +10,7 @@
 //   HostQueueKey   every op ExecuteOp left for the host tier: its host address, as a sort key
 //   (sort them by host address)
 //   ExecuteHostOp  every such op, in host-address order: walk both tiers and run it
+//   GatherValues   every op, a few threads each (wide values on the GPU): a GET's value left to it
 //   FinishPass     every op (if the pass changed any ticket): a BUSY ticket it left -> FULL or TOMBSTONE
 #pragma once
 
@@ -77,6 +78,7 @@ GPUKV_HD_INLINE OpIn load_op(const BatchRef& batch, std::uint64_t op) {
 
 // Yields exactly one op, whose kind and value are already in registers.
 struct OneOp {
+  static constexpr bool kAlone = true;
   std::uint64_t op;
   OpIn in;
   bool done = false;
@@ -237,6 +239,7 @@ GPUKV_HD_INLINE std::uint64_t deferred_op(std::uint64_t v) { return v & 0xFFFFFF
 // Yields, in order, the ops of sorted[begin, end) whose key equals `key`.
 template <class Ref>
 struct SameKeyOps {
+  static constexpr bool kAlone = false;
   const Ref* table;
   const BatchRef* batch;
   const std::uint64_t* sorted;
@@ -295,6 +298,40 @@ struct ExecuteSegment {
   }
 };
 
+// Copies the values of the GETs ExecuteOp left to it (PassRef::gather): `lanes` threads per op, neighbours in
+// a warp, each moving 16 bytes at a time of the same value, so that a warp reads a wide value as a few whole
+// lines and writes the answer column as contiguous runs, where one thread copying 8 bytes after 8 bytes
+// waited for each (bench/RESULTS.md, wide values). Runs once every op has written its pending[] entry, just
+// before FinishPass: nothing in the pass changes the slots it reads (their keys are alone in the pass), and
+// clean-up comes after the pass.
+template <class Ref>
+struct GatherValues {
+  static constexpr const char* kName = "GatherValues";
+  Ref table;
+  BatchRef batch;
+  const std::uint64_t* pending;
+  std::uint32_t lanes;  // threads per op
+  GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
+    const std::uint64_t op = i / lanes;
+    const std::uint32_t lane = static_cast<std::uint32_t>(i % lanes);
+    const std::uint64_t p = pending[op];
+    if (!pending_gather(p)) return;
+    const std::uint64_t slot = p & ~kPendingGather;
+    const std::uint32_t len = *table.value_len(slot);
+    const std::uint64_t* from = table.value_words_at(slot);
+    std::uint64_t* to = batch.out_value_words(op);
+    const std::uint32_t words = (len + 7) / 8;
+    const std::uint64_t last_mask = byte_mask(len % 8 == 0 ? 8 : len % 8);
+    for (std::uint32_t w = 2 * lane; w < words; w += 2 * lanes) {
+      const std::uint64_t a = from[w];
+      const std::uint64_t b = w + 1 < words ? from[w + 1] : 0;
+      to[w] = w + 1 == words ? a & last_mask : a;
+      if (w + 1 < words) to[w + 1] = w + 2 == words ? b & last_mask : b;
+    }
+    if (lane == 0 && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
+  }
+};
+
 // Settles the tickets a pass left BUSY, indexed by op: no atomics on shared counters, one coalesced read.
 template <class Ref>
 struct FinishPass {
@@ -305,7 +342,7 @@ struct FinishPass {
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t p = pending[op];
-    if (p == kNothingPending) return;
+    if (p == kNothingPending || pending_gather(p)) return;
     const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
     const std::uint64_t slot = (p & ~kPendingHostTier) >> 8;
     board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
