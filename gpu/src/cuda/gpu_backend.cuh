@@ -234,9 +234,9 @@ struct EventHandle {
   EventHandle& operator=(const EventHandle&) = delete;
 };
 
-// Threads per op that copy a GET's value after the probing step (GatherValues): a warp's worth at most, one
-// per 16 bytes. Values of two words or fewer are copied by the GET itself, where they are already in hand.
-std::uint32_t gather_lanes(std::uint32_t value_stride) {
+// Threads per op that copy a value after the probing step (CopyValues): a warp's worth at most, one per 16
+// bytes. Values of two words or fewer are copied by the op itself, where they are already in hand.
+std::uint32_t copy_lanes(std::uint32_t value_stride) {
   return value_stride <= 16 ? 0 : std::min<std::uint32_t>(32, (value_stride + 15) / 16);
 }
 
@@ -314,7 +314,7 @@ class GpuBackend final : public Backend {
                 exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load,
-                gather_lanes(g.value_stride)) {
+                copy_lanes(g.value_stride)) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
     // line layout the tickets are among them.
     if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());

@@ -311,7 +311,7 @@ struct Engine {
     bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
     bool present = at.hit;
     bool written = false;     // the current value is `value` (written in this pass), not the slot's
-    bool gather = false;      // the (one) op is a GET whose value GatherValues copies
+    bool gather = false;      // the (one) op is a GET whose value CopyValues copies
     ValueIn value{};
 
     // Every op of the pass writes its pending[] entry; the key's last op carries the commit's entry.
@@ -328,8 +328,8 @@ struct Engine {
               write_get(op, value.words, value.len);
             } else if (kWithHost && slot_in_host) {
               write_get(op, host.value_words_at(slot), *host.value_len(slot));
-            } else if (Ops::kAlone && pass.gather && batch.out_values != nullptr) {
-              gather = true;  // alone in the pass: nothing changes the slot before GatherValues reads it
+            } else if (Ops::kAlone && pass.copy_later && batch.out_values != nullptr) {
+              gather = true;  // alone in the pass: nothing changes the slot before CopyValues reads it
             } else {
               write_get(op, table.value_words_at(slot), *table.value_len(slot));
             }
@@ -368,6 +368,10 @@ struct Engine {
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
       pending = commit<true>(host, p, slot, claimed, present, written, value, tally);
+    } else if (Ops::kAlone && pass.copy_later && claimed && present) {
+      // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
+      table.store_key(slot, p.key, value.len);
+      pending = pending_code(false, slot, p.code) | kPendingScatter;
     } else {
       pending = commit<false>(table, p, slot, claimed, present, written, value, tally);
     }

@@ -10,7 +10,7 @@
 //   HostQueueKey   every op ExecuteOp left for the host tier: its host address, as a sort key
 //   (sort them by host address)
 //   ExecuteHostOp  every such op, in host-address order: walk both tiers and run it
-//   GatherValues   every op, a few threads each (wide values on the GPU): a GET's value left to it
+//   CopyValues     every op, a few threads each (wide values on the GPU): a value ExecuteOp left to it
 //   FinishPass     every op (if the pass changed any ticket): a BUSY ticket it left -> FULL or TOMBSTONE
 #pragma once
 
@@ -298,15 +298,15 @@ struct ExecuteSegment {
   }
 };
 
-// Copies the values of the GETs ExecuteOp left to it (PassRef::gather): `lanes` threads per op, neighbours in
-// a warp, each moving 16 bytes at a time of the same value, so that a warp reads a wide value as a few whole
-// lines and writes the answer column as contiguous runs, where one thread copying 8 bytes after 8 bytes
-// waited for each (bench/RESULTS.md, wide values). Runs once every op has written its pending[] entry, just
-// before FinishPass: nothing in the pass changes the slots it reads (their keys are alone in the pass), and
-// clean-up comes after the pass.
+// Copies the values ExecuteOp left to it (PassRef::copy_later): a GET's from its slot to the answer column,
+// a new key's from the batch into its slot. `lanes` threads per op, neighbours in a warp, each moving 16
+// bytes at a time of the same value, so that a warp reads and writes a wide value as a few whole lines,
+// where one thread copying 8 bytes after 8 bytes waited for each (bench/RESULTS.md, wide values). Runs once
+// every op has written its pending[] entry, just before FinishPass: nothing else in the pass reads or
+// changes these slots (their keys are alone in the pass, new slots stay BUSY), and clean-up comes after.
 template <class Ref>
-struct GatherValues {
-  static constexpr const char* kName = "GatherValues";
+struct CopyValues {
+  static constexpr const char* kName = "CopyValues";
   Ref table;
   BatchRef batch;
   const std::uint64_t* pending;
@@ -315,20 +315,32 @@ struct GatherValues {
     const std::uint64_t op = i / lanes;
     const std::uint32_t lane = static_cast<std::uint32_t>(i % lanes);
     const std::uint64_t p = pending[op];
-    if (!pending_gather(p)) return;
-    const std::uint64_t slot = p & ~kPendingGather;
-    const std::uint32_t len = *table.value_len(slot);
-    const std::uint64_t* from = table.value_words_at(slot);
-    std::uint64_t* to = batch.out_value_words(op);
+    if (pending_gather(p)) {
+      const std::uint64_t slot = p & ~kPendingGather;
+      const std::uint32_t len = *table.value_len(slot);
+      copy(table.value_words_at(slot), batch.out_value_words(op), len, (len + 7) / 8, lane);
+      if (lane == 0 && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
+    } else if (pending_scatter(p)) {
+      const std::uint64_t slot = pending_slot(p);
+      const std::uint32_t len = batch.value_lens[op];
+      copy(batch.value_words(op), table.value_words_at(slot), len, table.stored_value_words(len), lane);
+    }
+  }
+  // Writes `total` words to `to`: the `len` bytes at `from`, then zeros. This lane's share: 2 words of every
+  // 2 * lanes.
+  GPUKV_HD_INLINE void copy(const std::uint64_t* from, std::uint64_t* to, std::uint32_t len, std::uint32_t total,
+                            std::uint32_t lane) const {
     const std::uint32_t words = (len + 7) / 8;
     const std::uint64_t last_mask = byte_mask(len % 8 == 0 ? 8 : len % 8);
-    for (std::uint32_t w = 2 * lane; w < words; w += 2 * lanes) {
-      const std::uint64_t a = from[w];
-      const std::uint64_t b = w + 1 < words ? from[w + 1] : 0;
-      to[w] = w + 1 == words ? a & last_mask : a;
-      if (w + 1 < words) to[w + 1] = w + 2 == words ? b & last_mask : b;
+    const auto word = [&](std::uint32_t w) {
+      return w >= words ? 0 : w + 1 == words ? from[w] & last_mask : from[w];
+    };
+    for (std::uint32_t w = 2 * lane; w < total; w += 2 * lanes) {
+      const std::uint64_t a = word(w);
+      const std::uint64_t b = word(w + 1);
+      to[w] = a;
+      if (w + 1 < total) to[w + 1] = b;
     }
-    if (lane == 0 && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
   }
 };
 
@@ -344,7 +356,7 @@ struct FinishPass {
     const std::uint64_t p = pending[op];
     if (p == kNothingPending || pending_gather(p)) return;
     const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
-    const std::uint64_t slot = (p & ~kPendingHostTier) >> 8;
+    const std::uint64_t slot = pending_slot(p);
     board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
   }
 };

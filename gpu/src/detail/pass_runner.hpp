@@ -91,10 +91,10 @@ template <class Ref, class Exec>
 class PassRunner {
  public:
   // `host` has units == 0 when the table has no host tier.
-  // `gather_lanes`: threads per op that copy the values of GETs alone in their pass after the probing step
-  // (GatherValues); 0: each GET copies its own value.
+  // `copy_lanes`: threads per op that copy the values of ops alone in their pass after the probing step
+  // (CopyValues); 0: each op copies its own value.
   PassRunner(Ref table, Ref host, Exec& exec, Counters* counters, TierLimits device_limits, TierLimits host_limits,
-             HostPhase host_phase, LaneMode lanes, double clstash_load, std::uint32_t gather_lanes = 0)
+             HostPhase host_phase, LaneMode lanes, double clstash_load, std::uint32_t copy_lanes = 0)
       : table_(table),
         host_(host),
         exec_(exec),
@@ -107,7 +107,7 @@ class PassRunner {
         max_items_(device_limits.max_items),
         host_max_items_(host_limits.max_items),
         host_phase_(host_phase),
-        gather_lanes_(gather_lanes),
+        copy_lanes_(copy_lanes),
         host_sort_bits_(std::bit_width(host.positions) + kHostQueueOpBits),
         crowded_tombstones_{device_limits.crowded_tombstones, host_limits.crowded_tombstones},
         cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
@@ -126,7 +126,7 @@ class PassRunner {
     // reserve room atomically. Only a host tier that holds keys needs walking.
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
                        scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
-                       known_.host_items != 0, gather_lanes_ != 0};
+                       known_.host_items != 0, copy_lanes_ != 0};
     const Engine<Ref> engine{table_, host_, batch, pass};
     // Grouping entries outside [0, dirty_groups_) are zero (the backends zero the table when they allocate
     // it; a new one may come at the old address, which only makes this clear more than it must).
@@ -137,8 +137,6 @@ class PassRunner {
     exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
     known_ = exec_.read_counters();
     dirty_groups_ = known_.writes != 0 ? entries : 0;  // GroupOp fills the table only in a pass with writes
-    // ExecuteOp's pending count includes the GETs it left to GatherValues.
-    const bool gathers = gather_lanes_ != 0 && known_.pending != 0 && batch.out_values != nullptr;
     const std::uint64_t deferred = known_.conflicts;
     if (deferred != 0) {
       exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
@@ -152,8 +150,11 @@ class PassRunner {
       }
       exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
     }
-    // Once every op has written its pending[] entry (the later phases' ops too).
-    if (gathers) exec_.for_each(n * gather_lanes_, GatherValues<Ref>{table_, batch, scratch.pending, gather_lanes_});
+    // Once every op has written its pending[] entry. ExecuteOp's pending count includes the GETs it left to
+    // CopyValues and its new keys; the host phase may place new keys in the device tier too.
+    if (copy_lanes_ != 0 && (known_.pending != 0 || host_ops != 0)) {
+      exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_});
+    }
     // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
     if (known_.pending != 0 || deferred != 0 || host_ops != 0) {
       exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending});
@@ -295,7 +296,7 @@ class PassRunner {
   std::uint64_t max_items_;
   std::uint64_t host_max_items_;
   HostPhase host_phase_;
-  std::uint32_t gather_lanes_;
+  std::uint32_t copy_lanes_;
   int host_sort_bits_;  // host-queue entries are below 2^host_sort_bits_
   const std::uint64_t crowded_tombstones_[2];  // device, host
   TierCleanup cleanup_[2];  // device, host

@@ -119,13 +119,24 @@ GPUKV_UNROLL
   // to the end of the value's last sector so that every sector written is written whole.
   template <class Value>
   GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const Value& value) const {
+    store_key(index, k, value.len);
+    store_value_words(index, value);
+  }
+  // The header and key of a slot nobody else reads; its value's words follow (CopyValues).
+  GPUKV_HD_INLINE void store_key(std::uint64_t index, const KeyWords& k, std::uint32_t value_len) const {
     auto* words = reinterpret_cast<std::uint64_t*>(slot(index));
-    words[0] = std::uint64_t{k.len} | (std::uint64_t{value.len} << 32);
+    words[0] = std::uint64_t{k.len} | (std::uint64_t{value_len} << 32);
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
       if (j < key_words) words[1 + j] = k.w[j];
     }
-    store_value_words(index, value);
+  }
+  // Words of a value, with the stored value's zeros past its length to the end of its last sector: how
+  // many words store_value_words writes for a value of `len` bytes.
+  GPUKV_HD_INLINE std::uint32_t stored_value_words(std::uint32_t len) const {
+    const std::uint32_t first_word = 1 + key_words;
+    const std::uint32_t sector_end = round_up_to_sectors((first_word + (len + 7) / 8) * 8);
+    return (sector_end < slot_stride ? sector_end : slot_stride) / 8 - first_word;
   }
 
   // Replaces the value of a slot whose key only this thread may change. value_len has its own 32-bit field:
