@@ -17,7 +17,9 @@
 // pass's host phase, sorted by host address (pass_ops.hpp).
 //
 // Invariants that make concurrent ops on different keys safe:
-//  * A key lives in at most one slot of one tier, and only the thread running that key changes it in a pass.
+//  * A key lives in at most one slot of one tier, and only the thread running that key changes it in a pass
+//    (for a key alone in the pass, CopyValues may finish the copy of its value in a later step of the pass;
+//    pass_ops.hpp).
 //  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
