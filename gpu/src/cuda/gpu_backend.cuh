@@ -1,238 +1,25 @@
-// The GPU backend: the table in device memory; every pass step is a grid-stride kernel around the same
-// per-operation function objects the CPU backend runs (detail/pass_ops.hpp, detail/cleanup.hpp). Included
-// by gpu_backend_key*.cu, one key width each.
+// The GPU backend: the table in device memory, each pass step a kernel (kernels.cuh) launched by
+// CudaExecutor (cuda_executor.cuh) around the per-operation code the CPU backend runs too; batches that
+// arrive in host memory are copied in (device_columns.cuh), ahead of their turn when prefetched. Included by
+// gpu_backend_key*.cu, one key width each.
 #pragma once
-
-#include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstring>
 #include <mutex>
 #include <string>
 
 #include "../backend.hpp"
-#include "clstash_kernel.cuh"
 #include "cuda_check.hpp"
+#include "cuda_executor.cuh"
+#include "device_columns.cuh"
 #include "device_memory.hpp"
-#include "step_clock.hpp"
 
 namespace gpukv::detail {
 namespace gpu {
 // Internal linkage: each gpu_backend_key*.cu has its own copy of these kernels and helpers.
 namespace {
-
-constexpr int kBlockThreads = 256;
-
-// Blocks per SM the compiler must fit (it caps registers accordingly). The probing kernels are bound by
-// memory latency, so residency matters more than a few spilled registers; tuned on an H200 (RESULTS.md).
-#ifndef GPUKV_PROBE_MIN_BLOCKS
-#define GPUKV_PROBE_MIN_BLOCKS 4
-#endif
-// clStash keeps a shelf of walks in registers and shared memory; it spills at 64 registers (4 blocks). With 3
-// blocks (85 registers) mixed batches ran 11-12% faster on an H100 than with 4 (bench/RESULTS.md, run 5).
-#ifndef GPUKV_CLSTASH_MIN_BLOCKS
-#define GPUKV_CLSTASH_MIN_BLOCKS 3
-#endif
-template <class F>
-constexpr int min_blocks() {
-  if constexpr (requires { F::kProbes; }) {
-    return GPUKV_PROBE_MIN_BLOCKS;
-  } else {
-    return 1;
-  }
-}
-
-// Adds each warp's tallies to the counters with one atomic per counter per warp.
-__device__ __forceinline__ void flush_delta(long long delta, unsigned long long* counter) {
-  for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xFFFFFFFFu, delta, offset);
-  // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
-  if ((threadIdx.x & 31) == 0 && delta != 0) atomicAdd(counter, static_cast<unsigned long long>(delta));
-}
-
-__device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
-  add_tally(tally, counters, [](long long delta, unsigned long long* counter) { flush_delta(delta, counter); });
-}
-
-// Runs f(i, tally) for i in [0, n) over the whole grid.
-template <class F>
-__device__ __forceinline__ void grid_stride(std::uint64_t n, const F& f, Tally& tally) {
-  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
-  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
-}
-
-template <class F>
-__global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
-  Tally tally;
-  grid_stride(n, f, tally);
-  flush_tally(tally, counters);
-}
-
-// The two lane schedules of the probing step, launched back to back: each reads the counters StartPass left
-// (the same values in every thread) and returns at once unless the hybrid picked it. Two kernels rather than
-// one with a branch, so that clStash's register pressure does not spill into the Stash loop.
-template <class Ref>
-__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
-    stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
-  if (policy.collaborative(*counters)) return;
-  Tally tally;
-  grid_stride(n, f, tally);
-  flush_tally(tally, counters);
-}
-
-template <class Ref>
-__global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
-    clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
-  if (!policy.collaborative(*counters)) return;
-  Tally tally;
-  clstash_execute<kBlockThreads>(n, f, tally);
-  flush_tally(tally, counters);
-}
-
-__global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
-
-// Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
-// kernel (the kernel is the template argument, so kernels of one signature get separate answers).
-template <auto Kernel>
-int resident_blocks(int sm_count) {
-  static const int per_sm = [] {
-    int blocks = 0;
-    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kBlockThreads, 0));
-    return std::max(1, blocks);
-  }();
-  return per_sm * sm_count;
-}
-
-class CudaExecutor {
- public:
-  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
-      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
-
-  // `max_threads` (0: no limit) caps the grid below what fits on the device.
-  template <class F>
-  void for_each(std::uint64_t n, const F& f, std::uint32_t max_threads = 0) {
-    if (n == 0) return;
-    std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
-    if (max_threads != 0) needed = std::min<std::uint64_t>(needed, (max_threads + kBlockThreads - 1) / kBlockThreads);
-    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
-    clock_.begin(stream_, F::kName);
-    for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
-    GPUKV_CUDA_CHECK_LAUNCH();
-    clock_.end(stream_);
-  }
-
-  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides.
-  template <class Ref>
-  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy) {
-    if (n == 0) return;
-    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
-    clock_.begin(stream_, ExecuteOp<Ref>::kName);
-    if (policy.mode != LaneMode::kClStash) {
-      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<stash_kernel<Ref>>(sm_count_)));
-      stash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
-      GPUKV_CUDA_CHECK_LAUNCH();
-    }
-    if (policy.mode != LaneMode::kStash) {
-      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<clstash_kernel<Ref>>(sm_count_)));
-      clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
-      GPUKV_CUDA_CHECK_LAUNCH();
-    }
-    clock_.end(stream_);
-  }
-
-  void zero(void* p, std::uint64_t bytes) {
-    clock_.begin(stream_, "zero");
-    GPUKV_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
-    clock_.end(stream_);
-  }
-
-  // Radix sort of the low `top` bits only: the callers' keys have nothing above them.
-  void sort(std::uint64_t* keys, std::uint64_t n, int top) {
-    if (n > sort_capacity_) {
-      std::size_t bytes = 0;
-      cub::DoubleBuffer<std::uint64_t> none(nullptr, nullptr);
-      // Sized for all 64 bits, so that any caller's bit range fits the same scratch.
-      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, 64));
-      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      sort_temp_ = GpuBuffer(bytes, "sort scratch");
-      sort_alt_ = GpuBuffer(n * sizeof(std::uint64_t), "sort scratch");
-      sort_capacity_ = n;
-    }
-    clock_.begin(stream_, "sort");
-    cub::DoubleBuffer<std::uint64_t> buffers(keys, sort_alt_.as<std::uint64_t>());
-    std::size_t bytes = sort_temp_.bytes();
-    GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp_.data(), bytes, buffers, static_cast<int>(n), 0,
-                                                    static_cast<int>(top), stream_));
-    if (buffers.Current() != keys) {
-      GPUKV_CUDA_CHECK(cudaMemcpyAsync(keys, buffers.Current(), n * sizeof(std::uint64_t), cudaMemcpyDeviceToDevice, stream_));
-    }
-    clock_.end(stream_);
-  }
-
-  // In place (CUB's scan allows the output to be the input). Only clean-ups use it, so its scratch is
-  // allocated each time.
-  void exclusive_sum(unsigned long long* values, std::uint64_t n) {
-    std::size_t bytes = 0;
-    GPUKV_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, values, values, n, stream_));
-    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const GpuBuffer temp(std::max<std::size_t>(bytes, 1), "scan scratch");
-    clock_.begin(stream_, "scan");
-    GPUKV_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, values, values, n, stream_));
-    clock_.end(stream_);
-    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-
-  Counters read_counters() {
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(readback_.as<Counters>(), counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
-    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    clock_.collect();
-    return *readback_.as<Counters>();
-  }
-
-  void write_counters(const Counters& c) {
-    set_counters_kernel<<<1, 1, 0, stream_>>>(counters_, c);
-    GPUKV_CUDA_CHECK_LAUNCH();
-  }
-
-  void report(std::uint64_t ops) { clock_.report(ops); }
-
-  // The host tier's clean-up scratch is pinned host memory too: it can be as large as the tier.
-  GpuBuffer allocate(std::uint64_t bytes, bool host_tier) {
-    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    return GpuBuffer::try_allocate(bytes, host_tier ? GpuMemory::kMappedHost : GpuMemory::kDevice);
-  }
-
- private:
-  cudaStream_t stream_;
-  int sm_count_;
-  Counters* counters_;
-  PinnedBuffer readback_;
-  std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
-  GpuBuffer sort_temp_;
-  GpuBuffer sort_alt_;
-  StepClock clock_;
-};
-
-struct StreamHandle {
-  cudaStream_t stream = nullptr;
-  StreamHandle() {
-    // A blocking stream: work on the legacy default stream (a caller's timing events) orders with it.
-    GPUKV_CUDA_CHECK(cudaStreamCreate(&stream));
-  }
-  ~StreamHandle() { cudaStreamDestroy(stream); }
-  StreamHandle(const StreamHandle&) = delete;
-  StreamHandle& operator=(const StreamHandle&) = delete;
-};
-
-struct EventHandle {
-  cudaEvent_t event = nullptr;
-  EventHandle() { GPUKV_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
-  ~EventHandle() { cudaEventDestroy(event); }
-  EventHandle(const EventHandle&) = delete;
-  EventHandle& operator=(const EventHandle&) = delete;
-};
 
 // Threads per op that copy a value after the probing step (CopyValues): a warp's worth at most, one per 16
 // bytes. Values of two words or fewer are copied by the op itself, where they are already in hand.
@@ -250,50 +37,6 @@ int sm_count_of(int device) {
   GPUKV_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
 }
-
-// A batch's columns in device memory, grown on demand for batches that arrive in host memory.
-class DeviceColumns {
- public:
-  void reserve(std::uint64_t n, std::uint32_t key_width, std::uint32_t value_stride) {
-    if (n <= capacity_) return;
-    ops_ = GpuBuffer(n, "batch ops");
-    keys_ = GpuBuffer(n * key_width, "batch keys");
-    key_lens_ = GpuBuffer(n, "batch key lengths");
-    values_ = GpuBuffer(n * value_stride, "batch values");
-    value_lens_ = GpuBuffer(n * sizeof(std::uint32_t), "batch value lengths");
-    status_ = GpuBuffer(n, "batch results");
-    out_values_ = GpuBuffer(n * value_stride, "batch result values");
-    out_value_lens_ = GpuBuffer(n * sizeof(std::uint32_t), "batch result lengths");
-    capacity_ = n;
-  }
-  BatchIn in(std::uint64_t n) const {
-    return BatchIn{n, ops_.data(), keys_.data(), key_lens_.data(), values_.data(), value_lens_.as<std::uint32_t>()};
-  }
-  BatchOut out() const { return BatchOut{status_.data(), out_values_.data(), out_value_lens_.as<std::uint32_t>()}; }
-
-  // Copies a batch's input columns from host memory into these, in stream order on `s`. Returns them as the
-  // pass's input: without value columns if the batch has none.
-  BatchIn copy_in(const BatchIn& in, std::uint32_t key_width, std::uint32_t value_stride, cudaStream_t s) const {
-    const std::uint64_t n = in.size;
-    BatchIn d = this->in(n);
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.ops), in.ops, n, cudaMemcpyHostToDevice, s));
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.keys), in.keys, n * key_width, cudaMemcpyHostToDevice, s));
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.key_lens), in.key_lens, n, cudaMemcpyHostToDevice, s));
-    if (in.values != nullptr && in.value_lens != nullptr) {
-      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint8_t*>(d.values), in.values, n * value_stride, cudaMemcpyHostToDevice, s));
-      GPUKV_CUDA_CHECK(cudaMemcpyAsync(const_cast<std::uint32_t*>(d.value_lens), in.value_lens, n * sizeof(std::uint32_t),
-                                       cudaMemcpyHostToDevice, s));
-    } else {
-      d.values = nullptr;
-      d.value_lens = nullptr;
-    }
-    return d;
-  }
-
- private:
-  std::uint64_t capacity_ = 0;
-  GpuBuffer ops_, keys_, key_lens_, values_, value_lens_, status_, out_values_, out_value_lens_;
-};
 
 template <class Ref>
 class GpuBackend final : public Backend {

@@ -1,0 +1,153 @@
+// CudaExecutor: the primitives PassRunner asks of a backend (detail/pass_runner.hpp), as CUDA launches,
+// CUB sorts and scans and copies on one stream; and the CUDA handles the backend holds. The CPU backend's
+// counterpart is cpu/cpu_executor.hpp.
+#pragma once
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda_check.hpp"
+#include "device_memory.hpp"
+#include "kernels.cuh"
+#include "step_clock.hpp"
+
+namespace gpukv::detail {
+namespace gpu {
+// Internal linkage: each gpu_backend_key*.cu has its own copy of these kernels and helpers.
+namespace {
+
+class CudaExecutor {
+ public:
+  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
+      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
+
+  // `max_threads` (0: no limit) caps the grid below what fits on the device.
+  template <class F>
+  void for_each(std::uint64_t n, const F& f, std::uint32_t max_threads = 0) {
+    if (n == 0) return;
+    std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    if (max_threads != 0) needed = std::min<std::uint64_t>(needed, (max_threads + kBlockThreads - 1) / kBlockThreads);
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
+    clock_.begin(stream_, F::kName);
+    for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
+    GPUKV_CUDA_CHECK_LAUNCH();
+    clock_.end(stream_);
+  }
+
+  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides.
+  template <class Ref>
+  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy) {
+    if (n == 0) return;
+    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    clock_.begin(stream_, ExecuteOp<Ref>::kName);
+    if (policy.mode != LaneMode::kClStash) {
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<stash_kernel<Ref>>(sm_count_)));
+      stash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
+      GPUKV_CUDA_CHECK_LAUNCH();
+    }
+    if (policy.mode != LaneMode::kStash) {
+      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<clstash_kernel<Ref>>(sm_count_)));
+      clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
+      GPUKV_CUDA_CHECK_LAUNCH();
+    }
+    clock_.end(stream_);
+  }
+
+  void zero(void* p, std::uint64_t bytes) {
+    clock_.begin(stream_, "zero");
+    GPUKV_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    clock_.end(stream_);
+  }
+
+  // Radix sort of the low `top` bits only: the callers' keys have nothing above them.
+  void sort(std::uint64_t* keys, std::uint64_t n, int top) {
+    if (n > sort_capacity_) {
+      std::size_t bytes = 0;
+      cub::DoubleBuffer<std::uint64_t> none(nullptr, nullptr);
+      // Sized for all 64 bits, so that any caller's bit range fits the same scratch.
+      GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, bytes, none, static_cast<int>(n), 0, 64));
+      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      sort_temp_ = GpuBuffer(bytes, "sort scratch");
+      sort_alt_ = GpuBuffer(n * sizeof(std::uint64_t), "sort scratch");
+      sort_capacity_ = n;
+    }
+    clock_.begin(stream_, "sort");
+    cub::DoubleBuffer<std::uint64_t> buffers(keys, sort_alt_.as<std::uint64_t>());
+    std::size_t bytes = sort_temp_.bytes();
+    GPUKV_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(sort_temp_.data(), bytes, buffers, static_cast<int>(n), 0,
+                                                    static_cast<int>(top), stream_));
+    if (buffers.Current() != keys) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(keys, buffers.Current(), n * sizeof(std::uint64_t), cudaMemcpyDeviceToDevice, stream_));
+    }
+    clock_.end(stream_);
+  }
+
+  // In place (CUB's scan allows the output to be the input). Only clean-ups use it, so its scratch is
+  // allocated each time.
+  void exclusive_sum(unsigned long long* values, std::uint64_t n) {
+    std::size_t bytes = 0;
+    GPUKV_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, bytes, values, values, n, stream_));
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const GpuBuffer temp(std::max<std::size_t>(bytes, 1), "scan scratch");
+    clock_.begin(stream_, "scan");
+    GPUKV_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp.data(), bytes, values, values, n, stream_));
+    clock_.end(stream_);
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  Counters read_counters() {
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(readback_.as<Counters>(), counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    clock_.collect();
+    return *readback_.as<Counters>();
+  }
+
+  void write_counters(const Counters& c) {
+    set_counters_kernel<<<1, 1, 0, stream_>>>(counters_, c);
+    GPUKV_CUDA_CHECK_LAUNCH();
+  }
+
+  void report(std::uint64_t ops) { clock_.report(ops); }
+
+  // The host tier's clean-up scratch is pinned host memory too: it can be as large as the tier.
+  GpuBuffer allocate(std::uint64_t bytes, bool host_tier) {
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return GpuBuffer::try_allocate(bytes, host_tier ? GpuMemory::kMappedHost : GpuMemory::kDevice);
+  }
+
+ private:
+  cudaStream_t stream_;
+  int sm_count_;
+  Counters* counters_;
+  PinnedBuffer readback_;
+  std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
+  GpuBuffer sort_temp_;
+  GpuBuffer sort_alt_;
+  StepClock clock_;
+};
+
+struct StreamHandle {
+  cudaStream_t stream = nullptr;
+  StreamHandle() {
+    // A blocking stream: work on the legacy default stream (a caller's timing events) orders with it.
+    GPUKV_CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  ~StreamHandle() { cudaStreamDestroy(stream); }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+};
+
+struct EventHandle {
+  cudaEvent_t event = nullptr;
+  EventHandle() { GPUKV_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~EventHandle() { cudaEventDestroy(event); }
+  EventHandle(const EventHandle&) = delete;
+  EventHandle& operator=(const EventHandle&) = delete;
+};
+
+}  // namespace
+}  // namespace gpu
+}  // namespace gpukv::detail

@@ -1,0 +1,101 @@
+// The GPU's kernels: every pass step is a grid-stride kernel around one of the per-operation function objects
+// the CPU backend runs too (detail/pass_ops.hpp, detail/cleanup.hpp), and the probing step has two lane
+// schedules (Stash here, clStash in clstash_kernel.cuh). Launched by CudaExecutor (cuda_executor.cuh).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "../detail/pass_runner.hpp"
+#include "clstash_kernel.cuh"
+#include "cuda_check.hpp"
+
+namespace gpukv::detail {
+namespace gpu {
+// Internal linkage: each gpu_backend_key*.cu has its own copy of these kernels and helpers.
+namespace {
+
+constexpr int kBlockThreads = 256;
+
+// Blocks per SM the compiler must fit (it caps registers accordingly). The probing kernels are bound by
+// memory latency, so residency matters more than a few spilled registers; tuned on an H200 (RESULTS.md).
+#ifndef GPUKV_PROBE_MIN_BLOCKS
+#define GPUKV_PROBE_MIN_BLOCKS 4
+#endif
+// clStash keeps a shelf of walks in registers and shared memory; it spills at 64 registers (4 blocks). With 3
+// blocks (85 registers) mixed batches ran 11-12% faster on an H100 than with 4 (bench/RESULTS.md, run 5).
+#ifndef GPUKV_CLSTASH_MIN_BLOCKS
+#define GPUKV_CLSTASH_MIN_BLOCKS 3
+#endif
+template <class F>
+constexpr int min_blocks() {
+  if constexpr (requires { F::kProbes; }) {
+    return GPUKV_PROBE_MIN_BLOCKS;
+  } else {
+    return 1;
+  }
+}
+
+// Adds each warp's tallies to the counters with one atomic per counter per warp.
+__device__ __forceinline__ void flush_delta(long long delta, unsigned long long* counter) {
+  for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xFFFFFFFFu, delta, offset);
+  // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.
+  if ((threadIdx.x & 31) == 0 && delta != 0) atomicAdd(counter, static_cast<unsigned long long>(delta));
+}
+
+__device__ __forceinline__ void flush_tally(const Tally& tally, Counters* counters) {
+  add_tally(tally, counters, [](long long delta, unsigned long long* counter) { flush_delta(delta, counter); });
+}
+
+// Runs f(i, tally) for i in [0, n) over the whole grid.
+template <class F>
+__device__ __forceinline__ void grid_stride(std::uint64_t n, const F& f, Tally& tally) {
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
+}
+
+template <class F>
+__global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
+  Tally tally;
+  grid_stride(n, f, tally);
+  flush_tally(tally, counters);
+}
+
+// The two lane schedules of the probing step, launched back to back: each reads the counters StartPass left
+// (the same values in every thread) and returns at once unless the hybrid picked it. Two kernels rather than
+// one with a branch, so that clStash's register pressure does not spill into the Stash loop.
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
+    stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  if (policy.collaborative(*counters)) return;
+  Tally tally;
+  grid_stride(n, f, tally);
+  flush_tally(tally, counters);
+}
+
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
+    clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  if (!policy.collaborative(*counters)) return;
+  Tally tally;
+  clstash_execute<kBlockThreads>(n, f, tally);
+  flush_tally(tally, counters);
+}
+
+__global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
+
+// Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
+// kernel (the kernel is the template argument, so kernels of one signature get separate answers).
+template <auto Kernel>
+int resident_blocks(int sm_count) {
+  static const int per_sm = [] {
+    int blocks = 0;
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kBlockThreads, 0));
+    return std::max(1, blocks);
+  }();
+  return per_sm * sm_count;
+}
+
+}  // namespace
+}  // namespace gpu
+}  // namespace gpukv::detail
