@@ -115,16 +115,19 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
 // What an op leaves for the end of its pass: nothing; for FinishPass, set the BUSY ticket of a slot to a
 // code (FULL for a new key, TOMBSTONE for a deleted one), packed as (tier << 62 | slot << 8 | code), and
 // with kPendingScatter, have CopyValues write the op's value into that (new) slot first; or for CopyValues
-// alone, copy a device-tier slot's value to a GET's answer, as (kPendingGather | slot). Slots are below 2^41.
+// alone, copy a device-tier slot's value to a GET's answer, as (kPendingGather | slot), or the op's value
+// over a device-tier slot's, as (kPendingOverwrite | slot). Slots are below 2^41.
 inline constexpr std::uint64_t kNothingPending = ~std::uint64_t{0};
 inline constexpr std::uint64_t kPendingHostTier = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t kPendingGather = std::uint64_t{1} << 61;
 inline constexpr std::uint64_t kPendingScatter = std::uint64_t{1} << 60;
+inline constexpr std::uint64_t kPendingOverwrite = std::uint64_t{1} << 59;
 GPUKV_HD_INLINE std::uint64_t pending_code(bool in_host, std::uint64_t slot, std::uint64_t code) {
   return (in_host ? kPendingHostTier : 0) | (slot << 8) | code;
 }
 GPUKV_HD_INLINE bool pending_gather(std::uint64_t p) { return p != kNothingPending && (p & kPendingGather) != 0; }
 GPUKV_HD_INLINE bool pending_scatter(std::uint64_t p) { return p != kNothingPending && (p & kPendingScatter) != 0; }
+GPUKV_HD_INLINE bool pending_overwrite(std::uint64_t p) { return p != kNothingPending && (p & kPendingOverwrite) != 0; }
 // The slot of a FinishPass entry.
 GPUKV_HD_INLINE std::uint64_t pending_slot(std::uint64_t p) {
   return (p & ~(kPendingHostTier | kPendingScatter)) >> 8;
@@ -152,8 +155,8 @@ struct PassRef {
   bool checked;                  // reserve each new key against max_items (the pass may fill the device tier)
   bool host_live;                // the host tier held keys when the pass began, so lookups must walk it too
   // A GET of a key alone in the pass that finds its value in the device tier, and a PUT of a key alone in
-  // the pass that places it in a new device-tier slot, leave the value's copy to CopyValues, whose threads
-  // move a wide value together, rather than copying it word by word themselves.
+  // the pass that writes a device-tier slot (a new one, or its key's own), leave the value's copy to
+  // CopyValues, whose threads move a wide value together, rather than copying it word by word themselves.
   bool copy_later;
 };
 

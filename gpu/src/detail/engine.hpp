@@ -374,6 +374,9 @@ struct Engine {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
       table.store_key(slot, p.key, value.len);
       pending = pending_code(false, slot, p.code) | kPendingScatter;
+    } else if (Ops::kAlone && pass.copy_later && at.hit && present && written) {
+      // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
+      pending = kPendingOverwrite | slot;
     } else {
       pending = commit<false>(table, p, slot, claimed, present, written, value, tally);
     }

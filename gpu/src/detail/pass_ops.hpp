@@ -299,7 +299,7 @@ struct ExecuteSegment {
 };
 
 // Copies the values ExecuteOp left to it (PassRef::copy_later): a GET's from its slot to the answer column,
-// a new key's from the batch into its slot. `lanes` threads per op, neighbours in a warp, each moving 16
+// a PUT's from the batch into its key's slot (a new one, or over the old value). `lanes` threads per op, neighbours in a warp, each moving 16
 // bytes at a time of the same value, so that a warp reads and writes a wide value as a few whole lines,
 // where one thread copying 8 bytes after 8 bytes waited for each (bench/RESULTS.md, wide values). Runs once
 // every op has written its pending[] entry, just before FinishPass: nothing else in the pass reads or
@@ -324,6 +324,11 @@ struct CopyValues {
       const std::uint64_t slot = pending_slot(p);
       const std::uint32_t len = batch.value_lens[op];
       copy(batch.value_words(op), table.value_words_at(slot), len, table.stored_value_words(len), lane);
+    } else if (pending_overwrite(p)) {
+      const std::uint64_t slot = p & ~kPendingOverwrite;
+      const std::uint32_t len = batch.value_lens[op];
+      copy(batch.value_words(op), table.value_words_at(slot), len, table.stored_value_words(len), lane);
+      if (lane == 0) *table.value_len(slot) = len;
     }
   }
   // Writes `total` words to `to`: the `len` bytes at `from`, then zeros. This lane's share: 2 words of every
@@ -354,7 +359,7 @@ struct FinishPass {
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t p = pending[op];
-    if (p == kNothingPending || pending_gather(p)) return;
+    if (p == kNothingPending || pending_gather(p) || pending_overwrite(p)) return;
     const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
     const std::uint64_t slot = pending_slot(p);
     board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
