@@ -299,11 +299,12 @@ struct ExecuteSegment {
 };
 
 // Copies the values ExecuteOp left to it (PassRef::copy_later): a GET's from its slot to the answer column,
-// a PUT's from the batch into its key's slot (a new one, or over the old value). `lanes` threads per op, neighbours in a warp, each moving 16
-// bytes at a time of the same value, so that a warp reads and writes a wide value as a few whole lines,
-// where one thread copying 8 bytes after 8 bytes waited for each (bench/RESULTS.md, wide values). Runs once
-// every op has written its pending[] entry, just before FinishPass: nothing else in the pass reads or
-// changes these slots (their keys are alone in the pass, new slots stay BUSY), and clean-up comes after.
+// a PUT's from the batch into its key's slot (a new one, or over the old value). `lanes` threads per op,
+// neighbours in a warp, each moving 16 bytes at a time of the same value, so that a warp reads and writes a
+// wide value as a few whole lines, where one thread copying 8 bytes after 8 bytes waited for each
+// (bench/RESULTS.md, wide values). Runs once every op has written its pending[] entry, just before
+// FinishPass: nothing else in the pass reads or changes these slots (their keys are alone in the pass, new
+// slots stay BUSY), and clean-up comes after.
 template <class Ref>
 struct CopyValues {
   static constexpr const char* kName = "CopyValues";
