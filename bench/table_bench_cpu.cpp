@@ -2,7 +2,7 @@
 // the CPU backend, beside the baseline measured in the same run: std::unordered_map behind one mutex, driven
 // by as many threads as the backend uses, each taking the lock per operation.
 //
-//   table_bench_cpu --n=2097152 --loads=0.5,0.8,0.9,0.95 --batch=65536
+//   table_bench_cpu --n=2097152 --loads=0.5,0.8,0.9,0.95 --batch=65536 [--vw=8]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -34,14 +34,17 @@ struct HostBatch {
   std::vector<std::uint8_t> ops, key_lens, status;
   std::vector<std::uint64_t> keys, values, out_values;
   std::vector<std::uint32_t> value_lens, out_value_lens;
-  explicit HostBatch(std::uint64_t n)
-      : ops(n), key_lens(n, 8), status(n), keys(n), values(n), out_values(n), value_lens(n, 8), out_value_lens(n) {}
+  std::uint64_t value_words;  // per op: value_width / 8
+  HostBatch(std::uint64_t n, std::uint32_t value_width)
+      : ops(n), key_lens(n, 8), status(n), keys(n), values(n * (value_width / 8)), out_values(n * (value_width / 8)),
+        value_lens(n, value_width), out_value_lens(n), value_words(value_width / 8) {}
   BatchIn in(std::uint64_t begin, std::uint64_t n) const {
     return BatchIn{n, ops.data() + begin, reinterpret_cast<const std::uint8_t*>(keys.data() + begin), key_lens.data() + begin,
-                   reinterpret_cast<const std::uint8_t*>(values.data() + begin), value_lens.data() + begin};
+                   reinterpret_cast<const std::uint8_t*>(values.data() + begin * value_words), value_lens.data() + begin};
   }
   BatchOut out(std::uint64_t begin) {
-    return BatchOut{status.data() + begin, reinterpret_cast<std::uint8_t*>(out_values.data() + begin), out_value_lens.data() + begin};
+    return BatchOut{status.data() + begin, reinterpret_cast<std::uint8_t*>(out_values.data() + begin * value_words),
+                    out_value_lens.data() + begin};
   }
 };
 
@@ -68,10 +71,11 @@ void make_mixed(HostBatch& b, const std::vector<std::uint64_t>& hits, const std:
   }
 }
 
-void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned threads) {
+void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned threads, std::uint32_t value_width) {
   TableConfig c;
   c.backend = BackendKind::kCpu;
   c.cpu_threads = threads;
+  c.value_width = value_width;
   c.max_load_factor = 1.0;
   c.capacity = static_cast<std::uint64_t>(static_cast<double>(n) / load);
   Table table(c);
@@ -81,9 +85,10 @@ void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned thr
     hits[i] = scramble((1ULL << 40) | i);
     misses[i] = scramble((2ULL << 40) | i);
   }
-  HostBatch b(fill);
-  for (std::uint64_t i = 0; i < fill; ++i) b.values[i] = i;
-  const std::string name = "backend=cpu threads=" + std::to_string(threads) + " batch=" + std::to_string(batch);
+  HostBatch b(fill, value_width);
+  for (std::uint64_t i = 0; i < b.values.size(); ++i) b.values[i] = i;
+  const std::string name = "backend=cpu threads=" + std::to_string(threads) + " batch=" + std::to_string(batch) +
+                           " vw=" + std::to_string(value_width);
 
   std::fill(b.ops.begin(), b.ops.end(), static_cast<std::uint8_t>(OpKind::kPut));
   b.keys = hits;
@@ -159,9 +164,11 @@ int main(int argc, char** argv) {
   const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 21);
   const std::uint64_t batch = flags.u64("batch", 65536);
   const unsigned threads = static_cast<unsigned>(flags.u64("threads", std::max(1u, std::thread::hardware_concurrency())));
+  // Value width, a multiple of 8 (the baseline's values stay 8 bytes).
+  const auto value_width = static_cast<std::uint32_t>(flags.u64("vw", 8) / 8 * 8);
   std::printf("DEVICE cpu hardware_threads=%u\n", std::thread::hardware_concurrency());
   for (double load : flags.doubles("loads", "0.5,0.8,0.9,0.95")) {
-    bench_table(n, load, batch, threads);
+    bench_table(n, load, batch, threads, value_width);
     bench_baseline(n, load, threads);
   }
   return 0;
