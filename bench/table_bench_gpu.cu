@@ -1,8 +1,9 @@
-// GPU table benchmark: insert, find (all hits), find (all misses) and a mixed batch (50% GET / 45% PUT /
-// 5% DELETE) at several load factors, timed with CUDA events around the table's batch call (every pass of
-// the call: grouping, execution, host round trips). Inputs and outputs stay in GPU memory, as in cuco's
-// bulk API. In the same run it measures the baselines: device-to-device copy bandwidth, random 8-byte reads,
-// and a linear-probing 8B/8B table of the cuco static_map kind (thread per key, 64-bit CAS on the key).
+// GPU table benchmark: insert, find (all hits), find (all misses), overwrite, a mixed batch (50% GET / 45%
+// PUT / 5% DELETE) and delete at several load factors, timed with CUDA events around the table's batch call
+// (every pass of the call: grouping, execution, host round trips). Inputs and outputs stay in GPU memory, as
+// in cuco's bulk API. In the same run it measures the baselines: device-to-device copy bandwidth, random
+// 8-byte reads, and a linear-probing 8B/8B table of the cuco static_map kind (thread per key, 64-bit CAS on
+// the key).
 // --parts=churn holds a full table under deletes and new keys (bench_churn): what its clean-ups cost.
 //
 //   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
@@ -56,7 +57,8 @@ TableConfig table_config(const TableRun& r) {
   return c;
 }
 
-// One table configuration at one load: insert, find hits, find misses, mixed. Best of `repeats`.
+// One table configuration at one load: insert, find hits, find misses, overwrite, mixed, delete. Best of
+// `repeats`.
 void bench_table(const TableRun& r) {
   const std::uint32_t stride = value_stride(r.vw);
   TableConfig config = table_config(r);
@@ -78,10 +80,12 @@ void bench_table(const TableRun& r) {
   CHECK(cudaDeviceSynchronize());
 
   Timer timer;
-  double best_insert = 1e30, best_hit = 1e30, best_miss = 1e30, best_mixed = 1e30;
+  double best_insert = 1e30, best_hit = 1e30, best_miss = 1e30, best_overwrite = 1e30, best_mixed = 1e30,
+         best_delete = 1e30;
   double bytes_per_pair = 0;
-  std::uint64_t passes = 0;
+  std::uint64_t passes = 0, delete_cleanups = 0;
   const std::uint64_t mixed_n = fill / 2;
+  const std::uint64_t delete_n = mixed_n / 10;
   for (int rep = 0; rep < r.repeats; ++rep) {
     Table table(config);
     // Insert every key (all PUTs of new keys).
@@ -112,21 +116,49 @@ void bench_table(const TableRun& r) {
     best_miss = std::min(best_miss, timer.stop_ms());
     expect_status(batch, fill, OpStatus::kNotFound, "find miss");
 
-    // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over half of the inserted keys.
+    // Overwrite: a PUT of every inserted key.
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, fill, static_cast<std::uint8_t>(OpKind::kPut));
+    CHECK(cudaMemcpy(batch.keys.p, hit_keys.p, fill * r.kw, cudaMemcpyDeviceToDevice));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(fill), batch.out());
+    best_overwrite = std::min(best_overwrite, timer.stop_ms());
+    expect_status(batch, fill, OpStatus::kOk, "overwrite");
+
+    // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over the first half of the inserted keys.
     make_mixed<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, hit_keys.p, miss_keys.p, mixed_n, r.kw);
     CHECK(cudaDeviceSynchronize());
     timer.start();
     table.execute_on_device(batch.in(mixed_n), batch.out());
     best_mixed = std::min(best_mixed, timer.stop_ms());
     expect_status(batch, mixed_n, OpStatus::kOk, "mixed");
+
+    // Delete: keys of the half the mixed batch left alone, as many as would leave a clean-up out.
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, delete_n, static_cast<std::uint8_t>(OpKind::kDelete));
+    CHECK(cudaMemcpy(batch.keys.p, hit_keys.p + mixed_n * r.kw, delete_n * r.kw, cudaMemcpyDeviceToDevice));
+    CHECK(cudaDeviceSynchronize());
+    const std::uint64_t cleanups_before = table.stats().cleanups;
+    timer.start();
+    table.execute_on_device(batch.in(delete_n), batch.out());
+    best_delete = std::min(best_delete, timer.stop_ms());
+    expect_status(batch, delete_n, OpStatus::kOk, "delete");
+    delete_cleanups = table.stats().cleanups - cleanups_before;
   }
   char extra[160];
   std::snprintf(extra, sizeof extra, "bytes_per_pair=%.1f passes=%llu", bytes_per_pair, static_cast<unsigned long long>(passes));
   print_result("insert", name, r.load, fill, best_insert, extra);
   print_result("find_hit", name, r.load, fill, best_hit, "");
   print_result("find_miss", name, r.load, fill, best_miss, "");
+  print_result("overwrite", name, r.load, fill, best_overwrite, "");
+  std::snprintf(extra, sizeof extra, "cleanups=%llu", static_cast<unsigned long long>(delete_cleanups));
+  print_result("delete", name, r.load, delete_n, best_delete, extra);
+  // The mixed batch against the same ops in pure batches: the time its shares of GET hits, overwrites, new
+  // keys and deletes take there (time-weighted), over the time it took.
+  const double pure_ms = static_cast<double>(mixed_n) * (0.50 * best_hit / fill + 0.40 * best_overwrite / fill +
+                                                         0.05 * best_insert / fill + 0.05 * best_delete / delete_n);
   const double avg_rate = 0.5 * (fill / best_insert + fill / best_hit);
-  std::snprintf(extra, sizeof extra, "efficiency_vs_avg_insert_find=%.2f", (mixed_n / best_mixed) / avg_rate);
+  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f", pure_ms / best_mixed,
+                (mixed_n / best_mixed) / avg_rate);
   print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
 }
 

@@ -112,25 +112,29 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
   add(t.extracted, &c->extracted);
 }
 
-// What an op leaves for the end of its pass: nothing; for FinishPass, set the BUSY ticket of a slot to a
-// code (FULL for a new key, TOMBSTONE for a deleted one), packed as (tier << 62 | slot << 8 | code), and
-// with kPendingScatter, have CopyValues write the op's value into that (new) slot first; or for CopyValues
-// alone, copy a device-tier slot's value to a GET's answer, as (kPendingGather | slot), or the op's value
-// over a device-tier slot's, as (kPendingOverwrite | slot). Slots are below 2^41.
+// What an op leaves for the end of its pass: nothing (kNothingPending), or (flags | slot << 8 | code), slots
+// being below 2^41:
+//   no flag            FinishPass sets the BUSY ticket of `slot` to `code` (FULL for a new key, TOMBSTONE
+//                      for a deleted one); kPendingHostTier: a host-tier slot
+//   kPendingScatter    CopyValues first writes the op's value into that new device-tier slot
+//   kPendingOverwrite  CopyValues writes the op's value over the value of the device-tier slot (no ticket)
+//   kPendingGather     CopyValues copies the device-tier slot's value to the GET's answer (no ticket)
 inline constexpr std::uint64_t kNothingPending = ~std::uint64_t{0};
 inline constexpr std::uint64_t kPendingHostTier = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t kPendingGather = std::uint64_t{1} << 61;
 inline constexpr std::uint64_t kPendingScatter = std::uint64_t{1} << 60;
 inline constexpr std::uint64_t kPendingOverwrite = std::uint64_t{1} << 59;
+inline constexpr std::uint64_t kPendingFlags = kPendingHostTier | kPendingGather | kPendingScatter | kPendingOverwrite;
 GPUKV_HD_INLINE std::uint64_t pending_code(bool in_host, std::uint64_t slot, std::uint64_t code) {
   return (in_host ? kPendingHostTier : 0) | (slot << 8) | code;
 }
-GPUKV_HD_INLINE bool pending_gather(std::uint64_t p) { return p != kNothingPending && (p & kPendingGather) != 0; }
-GPUKV_HD_INLINE bool pending_scatter(std::uint64_t p) { return p != kNothingPending && (p & kPendingScatter) != 0; }
-GPUKV_HD_INLINE bool pending_overwrite(std::uint64_t p) { return p != kNothingPending && (p & kPendingOverwrite) != 0; }
-// The slot of a FinishPass entry.
+GPUKV_HD_INLINE bool pending_has(std::uint64_t p, std::uint64_t flags) { return p != kNothingPending && (p & flags) != 0; }
+// Whether FinishPass has a ticket to set.
+GPUKV_HD_INLINE bool pending_ticket(std::uint64_t p) {
+  return p != kNothingPending && (p & (kPendingGather | kPendingOverwrite)) == 0;
+}
 GPUKV_HD_INLINE std::uint64_t pending_slot(std::uint64_t p) {
-  return (p & ~(kPendingHostTier | kPendingScatter)) >> 8;
+  return (p & ~kPendingFlags) >> 8;
 }
 
 // An entry of PassRef::host_queue is (host slot << kHostQueueOpBits | op): ops fit in 24 bits

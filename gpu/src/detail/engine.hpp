@@ -23,12 +23,14 @@
 //  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
-//  * No thread reads a slot written in the same pass. A new key's slot stays BUSY (skipped by every lookup)
-//    until FinishPass publishes it after the pass; a deleted slot stays BUSY until FinishPass makes it a
-//    TOMBSTONE, so nobody can reuse it and rewrite its key while a reader that saw its old FULL ticket
-//    compares against it; an overwrite rewrites only the value, which only the key's own thread reads. So a
-//    lookup never sees a half-written key or value, and the pass needs no memory fences: kernel boundaries
-//    order everything.
+//  * No lookup sees a half-written key or value. A new key's slot stays BUSY (skipped by every lookup) while
+//    it is written. On a board, its writer then publishes it with a release (Board::publish; Board::load
+//    says why lookups of this kernel then see all of it). A new slot in a line or in the host tier, and one
+//    whose value CopyValues writes later, stays BUSY until FinishPass publishes it after the pass. A deleted
+//    slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while
+//    a reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
+//    only the key's own thread reads. Everything else is ordered by kernel boundaries.
+
 #pragma once
 
 #include <cstdint>
@@ -310,7 +312,7 @@ struct Engine {
     std::uint64_t slot = at.slot;
     bool slot_in_host = kWithHost && at.hit && at.in_host;
     bool have_slot = at.hit;  // a slot that holds, or will hold, this key
-    bool claimed = false;     // that slot was claimed in this run (BUSY until commit)
+    bool claimed = false;     // that slot was claimed in this run (BUSY until commit publishes it)
     bool present = at.hit;
     bool written = false;     // the current value is `value` (written in this pass), not the slot's
     bool gather = false;      // the (one) op is a GET whose value CopyValues copies
@@ -365,8 +367,8 @@ struct Engine {
       }
     }
 
-    // Commit: the final state of the key reaches the table once. A new or deleted slot stays BUSY until
-    // FinishPass sets the code recorded here.
+    // Commit: the final state of the key reaches the table once. A deleted slot, and a new one that is not
+    // published at once (see the invariants above), stays BUSY until FinishPass sets the code recorded here.
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
       pending = commit<true>(host, p, slot, claimed, present, written, value, tally);
@@ -376,11 +378,11 @@ struct Engine {
       pending = pending_code(false, slot, p.code) | kPendingScatter;
     } else if (Ops::kAlone && pass.copy_later && at.hit && present && written) {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
-      pending = kPendingOverwrite | slot;
+      pending = kPendingOverwrite | (slot << 8);
     } else {
       pending = commit<false>(table, p, slot, claimed, present, written, value, tally);
     }
-    if (gather) pending = kPendingGather | slot;  // a GET changed nothing: no ticket is pending
+    if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (pending != kNothingPending) tally.pending += 1;
     if (any) pass.pending[last_op] = pending;
     return true;
@@ -406,6 +408,11 @@ struct Engine {
       if constexpr (kHost) {
         if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
         tally.host_writes += 1;
+      } else if (t.slots_own_sectors()) {
+        // Published now, while the claim's line is still in L2: at the pass's end it would cost a second
+        // random atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots").
+        t.board.publish(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code);
+        return kNothingPending;
       }
       return pending_code(kHost, slot, p.code);
     }

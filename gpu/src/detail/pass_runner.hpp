@@ -155,7 +155,8 @@ class PassRunner {
     if (copy_lanes_ != 0 && (known_.pending != 0 || host_ops != 0)) {
       exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_});
     }
-    // FinishPass completes the pass: until it runs, nothing written in the pass is visible to lookups.
+    // FinishPass completes the pass: it publishes the new slots their writers left BUSY, and turns deleted
+    // ones into tombstones.
     if (known_.pending != 0 || deferred != 0 || host_ops != 0) {
       exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending});
     }

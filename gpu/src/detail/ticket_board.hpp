@@ -5,8 +5,9 @@
 // a concurrent table with deletes needs, and the rest of the code space carries info derived from the key:
 //
 //   0        EMPTY      never used since the last clean-up; a lookup that meets one stops
-//   1        BUSY       inserted or deleted in the current pass, published when the pass ends;
-//                       lookups pass over it and inserts may not take it (the Stash access bit)
+//   1        BUSY       claimed or deleted in the current pass and not yet settled: a new key's slot until
+//                       its writer publishes it, a deleted one until the pass ends; lookups pass over
+//                       it and inserts may not take it (the Stash access bit)
 //   2        TOMBSTONE  deleted in an earlier pass; lookups pass over it, inserts reuse it
 //   3..2^B-1 FULL       holds a key whose info code is this value (2^B - 3 codes: 1, 13 or 253)
 //
@@ -82,12 +83,20 @@ struct Board {
 
   GPUKV_HD_INLINE std::uint64_t* at(std::uint64_t word) const { return words + word * stride; }
 
-  // Relaxed: no ordering is needed within a pass. A slot's bytes are written only while its ticket is BUSY,
-  // and a BUSY ticket becomes FULL or TOMBSTONE only in the step after the pass (FinishPass).
-  // So every FULL ticket a lookup meets was published by an earlier kernel (or, on the CPU, before the
-  // thread pool's last join), and that boundary orders the slot's bytes before the lookup.
+  // A new key's ticket may turn FULL while the pass still runs (publish, on a board only), so a lookup that
+  // finds a FULL ticket must see the slot its writer filled first. On the host the load acquires (free on
+  // x86, and what ThreadSanitizer checks). On the GPU it stays relaxed: an acquire there invalidates the SM's
+  // L1 at every probe, and reading slots from L2 instead cost lookups 18-53% of their speed (bench/RESULTS.md,
+  // "inserts publish their own slots"). The slot's address depends on the ticket loaded, so its load cannot
+  // be issued before this one returns; the writer's release has put the slot's bytes in L2 by then; and the
+  // SM's L1 cannot hold them from before, since on a board a slot has its 32-byte sectors to itself and no
+  // thread reads them while the ticket is not FULL (and L1 starts empty with every kernel).
   GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
+#if defined(__CUDA_ARCH__)
     return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_relaxed);
+#else
+    return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_acquire);
+#endif
   }
 
   // Turns an EMPTY or TOMBSTONE ticket into BUSY (or into `to`, where no thread can read the slot before
@@ -99,6 +108,12 @@ struct Board {
     const std::uint64_t desired = (seen & ~(Codec::kFieldMask << shift)) | (to << shift);
     return (code == Codec::kEmpty || code == Codec::kTombstone) &&
            atomic_ref<std::uint64_t>(*at(word)).compare_exchange_strong(seen, desired, memory_order_relaxed);
+  }
+
+  // Turns the BUSY ticket of a slot this thread has just filled into FULL `code`. Release: the slot's bytes
+  // are visible before the ticket that lets other lookups read them.
+  GPUKV_HD_INLINE void publish(std::uint64_t word, int field, std::uint64_t code) const {
+    atomic_ref<std::uint64_t>(*at(word)).fetch_xor((Codec::kBusy ^ code) << (field * Bits), memory_order_release);
   }
 
   // Changes a ticket this thread owns from one known code to another. XOR touches no other ticket and needs
