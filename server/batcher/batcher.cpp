@@ -53,8 +53,9 @@ struct Batcher::CallState {
   // Its deadline passed before its first batch closed (set under the lock when a batch closes): none of its
   // rows run, and it is answered DEADLINE_EXCEEDED.
   bool expired = false;
-  // A batch with some of its ops failed on the table (set by the execution thread before that batch is
-  // answered): the call is completed with this error.
+  // A batch with some of its ops failed (set before that batch is answered): the call is completed with this
+  // code and message, kInternal for the table, kUnavailable for the write-ahead log; the first failure wins.
+  CallCode failure_code = CallCode::kOk;
   std::string failure;
   bool packed = false;  // its values were written packed (it was answered in one segment)
 };
@@ -610,7 +611,11 @@ void Batcher::execute(StagedBatch& batch) {
     // segments are answered (a later batch may still be copying its columns).
     batch.failed = true;
     for (const Segment& s : batch.segments) {
-      if (s.call->failure.empty()) s.call->failure = std::string("the table failed: ") + e.what();
+      if (s.call->failure.empty()) {
+        s.call->failure_code = CallCode::kInternal;
+        s.call->failure = std::string("the table failed while running the call's batch (some of its operations "
+                                      "may have been applied): ") + e.what();
+      }
     }
   }
   batch.executed = Clock::now();
@@ -649,7 +654,10 @@ void Batcher::fail_writers(StagedBatch& batch, const std::string& error) {
     const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
       return op == static_cast<std::uint8_t>(OpKind::kDelete) || carries_value(op);
     });
-    if (writes && s.call->failure.empty()) s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
+    if (writes && s.call->failure.empty()) {
+      s.call->failure_code = CallCode::kUnavailable;
+      s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
+    }
   }
 }
 
@@ -740,7 +748,7 @@ void Batcher::complete(CallState* state) {
   if (c->expired) {
     c->call.done(CallCode::kDeadlineExceeded, kExpired);
   } else if (!c->failure.empty()) {
-    c->call.done(CallCode::kUnavailable, c->failure);
+    c->call.done(c->failure_code, c->failure);
   } else {
     if (!c->packed) pack_values(*c->call.results, c->call.ops, value_width_);
     c->call.done(CallCode::kOk, "");

@@ -82,8 +82,10 @@ struct CallResults {
 enum class CallCode {
   kOk,
   kDeadlineExceeded,   // the deadline passed before the call's first batch closed; nothing of it was applied
-  kUnavailable,        // the batcher is draining or stopped
+  kUnavailable,        // the batcher is draining or stopped, or the write-ahead log failed the call's writes
   kResourceExhausted,  // the queue is full
+  kInternal,           // the table failed while running the call's batch: some of its ops may have been
+                       // applied, so it must not be retried as if nothing had happened
 };
 
 struct Call {
@@ -91,7 +93,7 @@ struct Call {
   CallResults* results = nullptr;
   Clock::time_point deadline = Clock::time_point::max();
   // Runs exactly once: with kOk after every result is written, or with an error (nothing applied, unless the
-  // table failed). It may run on the caller's thread inside submit() (a refusal), on the execution thread,
+  // table or the write-ahead log failed). It may run on the caller's thread inside submit() (a refusal), on the execution thread,
   // or on a completion thread.
   std::function<void(CallCode, std::string_view message)> done;
 };

@@ -26,6 +26,7 @@ grpc::Status status_of(CallCode code, std::string_view message) {
     case CallCode::kDeadlineExceeded: return {grpc::StatusCode::DEADLINE_EXCEEDED, std::string(message)};
     case CallCode::kUnavailable: return {grpc::StatusCode::UNAVAILABLE, std::string(message)};
     case CallCode::kResourceExhausted: return {grpc::StatusCode::RESOURCE_EXHAUSTED, std::string(message)};
+    case CallCode::kInternal: return {grpc::StatusCode::INTERNAL, std::string(message)};
   }
   return {grpc::StatusCode::INTERNAL, "unknown call outcome"};
 }

@@ -1,9 +1,13 @@
 // The batcher against the real table (CPU backend): the batching decision (a pure function, no sleeps),
 // full and timed-out batches, calls spanning batches, arrival order across calls on one key, deadlines,
-// the queue bound, malformed ops, draining, and many concurrent callers checked against a model.
+// the queue bound, malformed ops, draining, and many concurrent callers checked against a model; on a GPU,
+// a real device fault failing a call INTERNAL.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <future>
 #include <map>
@@ -269,6 +273,49 @@ TEST_P(BatcherCompletion, ACallLargerThanABatchSpansBatchesInOrder) {
       EXPECT_EQ(gets.value(i), "value" + std::to_string(i));
     }
   }
+}
+
+// A GPU fault while a call's batch runs fails the call INTERNAL, naming the table's failure: some of its ops
+// may have been applied, and a client retries only UNAVAILABLE. The fault is real: a batch whose columns point
+// at unmapped device memory makes the GPU fault, which leaves the process's CUDA context unusable for good,
+// so the scenario runs in a process of its own (a death test, re-executed rather than forked: CUDA does not
+// survive a fork) and reports through its exit code; it ends with _Exit, as no CUDA call can clean up.
+TEST(BatcherGpu, ATableFailureFailsTheCallWithInternal) {
+  if (!Table::gpu_available()) {
+    GTEST_SKIP() << "SKIPPED: no CUDA device on this machine; the GPU fault test did not run";
+  }
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto scenario = [] {
+    TableConfig tc = cpu_table();
+    tc.backend = BackendKind::kGpu;
+    Table table(tc);
+    Batcher batcher(table, BatcherConfig{});
+    TestCall before;
+    batcher.submit(before.op(OpKind::kPut, "k", "v").call());
+    if (before.wait() != CallCode::kOk) std::_Exit(2);
+    // The fault: the table's kernels read columns at an address no allocation holds.
+    const auto* nowhere = reinterpret_cast<const std::uint8_t*>(std::uintptr_t{1} << 20);
+    bool threw = false;
+    try {
+      table.execute_on_device(BatchIn{1, nowhere, nowhere, nowhere, nullptr, nullptr},
+                              BatchOut{const_cast<std::uint8_t*>(nowhere), nullptr, nullptr});
+    } catch (const Error&) {
+      threw = true;
+    }
+    if (!threw) std::_Exit(3);
+    TestCall after;
+    std::string message;
+    Call call = after.op(OpKind::kPut, "k", "w").call();
+    call.done = [&](CallCode code, std::string_view why) {
+      message = why;
+      after.promise.set_value(code);
+    };
+    batcher.submit(std::move(call));
+    const CallCode code = after.wait();
+    std::fprintf(stderr, "code %d: %s\n", static_cast<int>(code), message.c_str());
+    std::_Exit(code == CallCode::kInternal && message.find("the table failed") != std::string::npos ? 0 : 4);
+  };
+  EXPECT_EXIT(scenario(), ::testing::ExitedWithCode(0), "code 4: the table failed");
 }
 
 // The write-ahead log hook: it sees every executed batch with its results, and syncs it, before any call is
