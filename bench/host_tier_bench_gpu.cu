@@ -75,7 +75,7 @@ std::string describe(const HostRun& r, const TableStats& s) {
   std::snprintf(buf, sizeof buf,
                 "kw=%u vw=%u tickets=%u order=%s host_threads=%u device_slots=%llu host_slots=%llu host_bytes=%llu",
                 r.kw, r.vw, r.tickets, r.ordered ? "ordered" : "walk", r.host_threads,
-                static_cast<unsigned long long>(s.capacity), static_cast<unsigned long long>(s.host.capacity),
+                static_cast<unsigned long long>(s.device.capacity), static_cast<unsigned long long>(s.host.capacity),
                 static_cast<unsigned long long>(s.host.slot_bytes));
   return buf;
 }
@@ -107,7 +107,7 @@ void bench_host_tier(const HostRun& r) {
   Table table(c);
   const TableStats empty = table.stats();
   const std::string name = describe(r, empty);
-  const std::uint64_t device_keys = empty.max_items;
+  const std::uint64_t device_keys = empty.device.max_items;
   const std::uint64_t host_keys = static_cast<std::uint64_t>(r.host_load * static_cast<double>(empty.host.capacity));
   const std::uint64_t b = r.batch;
 
@@ -135,8 +135,8 @@ void bench_host_tier(const HostRun& r) {
     expect_status(batch, n, OpStatus::kOk, "host fill");
   }
   const TableStats filled = table.stats();
-  if (filled.items != device_keys || filled.host.items != host_keys) {
-    std::fprintf(stderr, "placement: device %llu of %llu, host %llu of %llu\n", static_cast<unsigned long long>(filled.items),
+  if (filled.device.items != device_keys || filled.host.items != host_keys) {
+    std::fprintf(stderr, "placement: device %llu of %llu, host %llu of %llu\n", static_cast<unsigned long long>(filled.device.items),
                  static_cast<unsigned long long>(device_keys), static_cast<unsigned long long>(filled.host.items),
                  static_cast<unsigned long long>(host_keys));
     std::exit(1);

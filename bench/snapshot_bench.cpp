@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
                std::memcmp(b.out_values + i * b.stride, b.values + i * b.stride, value_width) != 0;
     }
   }
-  std::printf("RESULT check items=%llu sampled_wrong=%llu\n", static_cast<unsigned long long>(table->stats().items + table->stats().host.items),
+  std::printf("RESULT check items=%llu sampled_wrong=%llu\n", static_cast<unsigned long long>(table->stats().device.items + table->stats().host.items),
               static_cast<unsigned long long>(wrong));
   if (flags.str("keep", "0") != std::string("1")) std::filesystem::remove_all(dir);
   return wrong == 0 && recovery.snapshot.items == items ? 0 : 1;

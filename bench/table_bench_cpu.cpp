@@ -79,7 +79,7 @@ void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned thr
   c.max_load_factor = 1.0;
   c.capacity = static_cast<std::uint64_t>(static_cast<double>(n) / load);
   Table table(c);
-  const std::uint64_t fill = static_cast<std::uint64_t>(load * static_cast<double>(table.stats().capacity));
+  const std::uint64_t fill = static_cast<std::uint64_t>(load * static_cast<double>(table.stats().device.capacity));
   std::vector<std::uint64_t> hits(fill), misses(fill);
   for (std::uint64_t i = 0; i < fill; ++i) {
     hits[i] = scramble((1ULL << 40) | i);

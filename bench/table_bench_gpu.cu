@@ -68,7 +68,7 @@ void bench_table(const TableRun& r) {
   std::uint64_t fill;
   {
     Table probe(config);
-    fill = static_cast<std::uint64_t>(r.load * static_cast<double>(probe.stats().capacity));
+    fill = static_cast<std::uint64_t>(r.load * static_cast<double>(probe.stats().device.capacity));
   }
   Batch batch(fill, r.kw, stride);
   DeviceArray<std::uint8_t> hit_keys(fill * r.kw), miss_keys(fill * r.kw), lens(fill);
@@ -97,7 +97,7 @@ void bench_table(const TableRun& r) {
     best_insert = std::min(best_insert, timer.stop_ms());
     expect_status(batch, fill, OpStatus::kOk, "insert");
     const TableStats s = table.stats();
-    bytes_per_pair = static_cast<double>(s.board_bytes + s.slot_bytes) / static_cast<double>(s.items);
+    bytes_per_pair = static_cast<double>(s.device.board_bytes + s.device.slot_bytes) / static_cast<double>(s.device.items);
     passes = s.batches;
 
     // Find, all hits.
@@ -178,7 +178,7 @@ void bench_churn(const TableRun& r, double max_load, double headroom_share, doub
   config.cleanup_headroom = headroom_share;
   Table table(config);
   const TableStats s0 = table.stats();
-  const std::uint64_t full = s0.max_items;
+  const std::uint64_t full = s0.device.max_items;
   const std::uint64_t d = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(share * static_cast<double>(full)));
   {  // the fill's columns are freed before the rounds, so that clean-ups find memory for displaced keys
     Batch fill(full, r.kw, stride);
@@ -238,8 +238,8 @@ void bench_churn(const TableRun& r, double max_load, double headroom_share, doub
                 max_load, headroom_share, share, rounds, static_cast<unsigned long long>(cleanups),
                 static_cast<unsigned long long>(s.cleanups_skipped - s0.cleanups_skipped), rounds_plain,
                 rounds_plain != 0 ? 3.0 * d * rounds_plain / ms_plain / 1e6 : nan, per_cleanup,
-                static_cast<unsigned long long>(s.tombstones), static_cast<unsigned long long>(s.items));
-  print_result("churn", describe(r), static_cast<double>(full) / static_cast<double>(s0.capacity), 3 * d * rounds,
+                static_cast<unsigned long long>(s.device.tombstones), static_cast<unsigned long long>(s.device.items));
+  print_result("churn", describe(r), static_cast<double>(full) / static_cast<double>(s0.device.capacity), 3 * d * rounds,
                ms_clean + ms_plain, extra);
 }
 
@@ -360,7 +360,7 @@ void bench_switch(const TableRun& base, int repeats) {
     std::uint64_t capacity;
     {
       Table probe(config);
-      capacity = probe.stats().capacity;
+      capacity = probe.stats().device.capacity;
     }
     const std::uint64_t chunk = capacity / 20;
     Batch batch(chunk, r.kw, stride);

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
               to_string(table.backend()), static_cast<unsigned long long>(durability.recovery().writes),
               static_cast<unsigned long long>(durability.recovery().log.records), durability.recovery().log.bytes / 1e9, replay_s,
               durability.recovery().writes / replay_s, durability.recovery().log.bytes / 1e9 / replay_s,
-              static_cast<unsigned long long>(table.stats().items));
+              static_cast<unsigned long long>(table.stats().device.items));
   std::filesystem::remove_all(dir);
   return 0;
 }

@@ -126,14 +126,8 @@ inline TableStats make_stats(const Geometry& g, const Counters& c, const PassSta
     s.slot_bytes = t.slot_bytes();
     return s;
   };
-  const TierStats device = tier(g.device, c.items, c.tombstones);
   TableStats s;
-  s.items = device.items;
-  s.tombstones = device.tombstones;
-  s.capacity = device.capacity;
-  s.max_items = device.max_items;
-  s.board_bytes = device.board_bytes;
-  s.slot_bytes = device.slot_bytes;
+  s.device = tier(g.device, c.items, c.tombstones);
   s.host = tier(g.host, c.host_items, c.host_tombstones);
   s.host_reads = c.host_reads;
   s.host_writes = c.host_writes;

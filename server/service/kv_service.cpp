@@ -436,13 +436,13 @@ void KvService::stats(grpc::CallbackServerContext*, StatsCall* call) {
     tier->set_bytes(t.board_bytes + t.slot_bytes);
     tier->set_tombstones(t.tombstones);
   };
-  add_tier("device", TierStats{s.items, s.tombstones, s.capacity, s.max_items, s.board_bytes, s.slot_bytes});
+  add_tier("device", s.device);
   if (s.host.capacity != 0) add_tier("host", s.host);
   resp->set_host_reads(s.host_reads);
   resp->set_host_writes(s.host_writes);
   resp->set_host_reads_avoided(s.host_avoided);
   resp->set_batches(s.batches);
-  resp->set_tombstones(s.tombstones + s.host.tombstones);
+  resp->set_tombstones(s.device.tombstones + s.host.tombstones);
   resp->set_cleanups(s.cleanups);
   resp->set_shard_index(shard_.index());
   resp->set_shard_count(shard_.count());

@@ -273,8 +273,8 @@ void Metrics::on_batch(const BatchReport& report, std::size_t queued_ops) {
 }
 
 void Metrics::on_table(const TableStats& table, std::size_t queued_ops) {
-  device_items_.Set(static_cast<double>(table.items));
-  device_capacity_.Set(static_cast<double>(table.capacity));
+  device_items_.Set(static_cast<double>(table.device.items));
+  device_capacity_.Set(static_cast<double>(table.device.capacity));
   if (table.host.capacity != 0) {
     if (host_items_ == nullptr) {
       host_items_ = &items_.Add({{"tier", "host"}});
@@ -287,7 +287,7 @@ void Metrics::on_table(const TableStats& table, std::size_t queued_ops) {
   host_writes_.Increment(static_cast<double>(table.host_writes - last_.host_writes));
   host_avoided_.Increment(static_cast<double>(table.host_avoided - last_.host_avoided));
   last_ = table;
-  tombstones_.Set(static_cast<double>(table.tombstones + table.host.tombstones));
+  tombstones_.Set(static_cast<double>(table.device.tombstones + table.host.tombstones));
   queued_.Set(static_cast<double>(queued_ops));
 }
 

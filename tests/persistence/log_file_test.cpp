@@ -377,7 +377,7 @@ TEST_F(LogDir, ReplayRestoresTheTableWhateverTheBatchSize) {
       Durability durability(DurabilityOptions{dir_, WalMode::kOff, false}, table, {});
       EXPECT_EQ(durability.recovery().log.records, 30u);
     }
-    EXPECT_EQ(table.stats().items, model.size()) << "max_batch " << max_batch;
+    EXPECT_EQ(table.stats().device.items, model.size()) << "max_batch " << max_batch;
     for (int k = 0; k < 300; ++k) {
       const std::string key = "key" + std::to_string(k);
       std::vector<std::uint8_t> keys(kKeyWidth, 0), values(table.value_stride(), 0), status(1);

@@ -349,8 +349,8 @@ TEST_F(SnapshotDir, AFlippedByteStopsStartUnlessSkipCorruptWhichLosesOnlyThatBlo
   ASSERT_EQ(skipped.size(), 2u) << "the damaged block, and the item count it leaves short";
   EXPECT_NE(skipped[0].find(file.string() + " at offset 4096"), std::string::npos) << skipped[0];
   // The first block is lost; the blocks after it are loaded.
-  EXPECT_GT(shard.table().stats().items, 0u);
-  EXPECT_LT(shard.table().stats().items, model.size());
+  EXPECT_GT(shard.table().stats().device.items, 0u);
+  EXPECT_LT(shard.table().stats().device.items, model.size());
 }
 
 TEST_F(SnapshotDir, ASnapshotOfOtherWidthsIsRefusedWithBoth) {
@@ -391,7 +391,7 @@ TEST_F(SnapshotDir, AnEmptyDirectoryStartsEmptyAndSnapshotsAnEmptyTable) {
     EXPECT_EQ(r.items, 0u);
   }
   Shard again(dir_, WalMode::kEveryBatch);
-  EXPECT_EQ(again.table().stats().items, 0u);
+  EXPECT_EQ(again.table().stats().device.items, 0u);
   EXPECT_FALSE(again.durability().recovery().snapshot.path.empty());
 }
 

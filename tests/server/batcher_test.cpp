@@ -390,7 +390,7 @@ TEST(Batcher, MalformedOpsAreRejectedAloneAndChangeNothing) {
   ASSERT_EQ(check.wait(), CallCode::kOk);
   EXPECT_EQ(check.status(0), OpStatus::kNotFound);
   EXPECT_EQ(check.value(1), "ok");
-  EXPECT_EQ(table.stats().items, 1u);
+  EXPECT_EQ(table.stats().device.items, 1u);
 }
 
 TEST(Batcher, ExpiredDeadlineFailsTheCallAndAppliesNothing) {
@@ -421,7 +421,7 @@ TEST(Batcher, ADeadlinePassingBeforeTheBatchClosesFailsTheCallAndAppliesNothing)
   ASSERT_EQ(filler.wait(), CallCode::kOk);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(filler.status(i), OpStatus::kOk);
   batcher.drain();
-  EXPECT_EQ(table.stats().items, 6u);
+  EXPECT_EQ(table.stats().device.items, 6u);
 }
 
 TEST(Batcher, FullQueueRefusesCallsAndDrainRunsWhatWasQueued) {
@@ -447,7 +447,7 @@ TEST(Batcher, FullQueueRefusesCallsAndDrainRunsWhatWasQueued) {
   for (int i = 0; i < 8; ++i) EXPECT_EQ(queued.status(i), OpStatus::kOk);
   batcher.submit(after.op(OpKind::kGet, "q0").call());
   EXPECT_EQ(after.wait(), CallCode::kUnavailable);
-  EXPECT_EQ(table.stats().items, 8u);
+  EXPECT_EQ(table.stats().device.items, 8u);
 }
 
 TEST(Batcher, ReportsEveryBatch) {
@@ -482,7 +482,7 @@ TEST(Batcher, ReportsTheTableBeforeAnsweringTheBatch) {
   bc.completion_threads = 2;
   std::atomic<std::uint64_t> items{0}, ops{0};
   Batcher batcher(table, bc, {}, [&](const TableStats& s, std::size_t n) {
-    items.store(s.items);
+    items.store(s.device.items);
     ops.fetch_add(n);
   });
   for (int i = 0; i < 50; ++i) {

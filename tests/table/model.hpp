@@ -116,8 +116,8 @@ inline std::unordered_map<std::string, std::string> exported(Table& table, std::
 
 // The reference: a hash map, applied one op at a time in batch order.
 // Live keys and the most keys the table takes, over both tiers.
-inline std::uint64_t total_items(const TableStats& s) { return s.items + s.host.items; }
-inline std::uint64_t total_max_items(const TableStats& s) { return s.max_items + s.host.max_items; }
+inline std::uint64_t total_items(const TableStats& s) { return s.device.items + s.host.items; }
+inline std::uint64_t total_max_items(const TableStats& s) { return s.device.max_items + s.host.max_items; }
 
 class Model {
  public:
@@ -133,7 +133,7 @@ class Model {
     if (testing::Test::HasFatalFailure()) return;
     const TableStats stats = table.stats();
     ASSERT_EQ(total_items(stats), map_.size()) << "the table's live-key count drifted from the model";
-    ASSERT_LE(stats.items, stats.max_items) << "the device tier went past its maximum load";
+    ASSERT_LE(stats.device.items, stats.device.max_items) << "the device tier went past its maximum load";
     ASSERT_LE(stats.host.items, stats.host.max_items) << "the host tier went past its maximum load";
   }
 

@@ -41,13 +41,13 @@ TEST_P(TableEdgeTest, EmptyBatchChangesNothing) {
   Table table(config());
   Columns cols(table.config(), {});
   table.execute(cols.in(), cols.out());
-  EXPECT_EQ(table.stats().items, 0u);
+  EXPECT_EQ(table.stats().device.items, 0u);
   EXPECT_EQ(table.stats().batches, 0u);
 }
 
 TEST_P(TableEdgeTest, BatchOfOne) {
   Table table(config());
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   model.run(table, {put("k", "v")});
   model.run(table, {get("k")});
   model.run(table, {del("k")});
@@ -59,31 +59,31 @@ TEST_P(TableEdgeTest, EmptyAndMaximumLengthKeysAndValues) {
   for (std::uint32_t kw : {8u, 16u, 32u}) {
     for (std::uint32_t vw : {8u, 100u, 1024u}) {
       Table table(config(kw, vw));
-      Model model(table.stats().max_items);
+      Model model(table.stats().device.max_items);
       const std::string max_key(kw, '\xff'), max_value(vw, '\x01');
       model.run(table, {put("", ""), put(max_key, max_value), put(std::string(kw, '\0'), max_value),
                         get(""), get(max_key), get(std::string(kw, '\0'))});
       model.run(table, {put("", max_value), put(max_key, ""), get(""), get(max_key)});
       model.check_contents(table);
-      EXPECT_EQ(table.stats().items, 3u);
+      EXPECT_EQ(table.stats().device.items, 3u);
     }
   }
 }
 
 TEST_P(TableEdgeTest, KeysDifferingOnlyInTrailingZerosAreDistinct) {
   Table table(config(16, 8));
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   std::vector<Op> ops;
   for (std::size_t len = 0; len <= 16; ++len) ops.push_back(put(std::string(len, '\0'), "z" + std::to_string(len)));
   for (std::size_t len = 1; len <= 16; ++len) ops.push_back(put("a" + std::string(len - 1, '\0'), "a" + std::to_string(len)));
   model.run(table, ops);
   model.check_contents(table);
-  EXPECT_EQ(table.stats().items, 33u);
+  EXPECT_EQ(table.stats().device.items, 33u);
 }
 
 TEST_P(TableEdgeTest, SameKeyOpsTakeEffectInBatchOrder) {
   Table table(config());
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   // One key through every transition, interleaved with other keys, in a single batch.
   std::vector<Op> ops = {get("k"),      put("k", "v1"), put("x", "x1"),  get("k"),        put_if_absent("k", "v2"),
                          put("k", "v3"), get("x"),       get("k"),        del("k"),         get("k"),
@@ -98,7 +98,7 @@ TEST_P(TableEdgeTest, SameKeyOpsTakeEffectInBatchOrder) {
 
 TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
   Table table(config(8, 8, 200));
-  const std::uint64_t max_items = table.stats().max_items;
+  const std::uint64_t max_items = table.stats().device.max_items;
   Model model(max_items);
   Generator gen(7, 8, 8);
   const auto keys = gen.unique_keys(max_items + 50);
@@ -106,7 +106,7 @@ TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
   for (const auto& k : keys) fill.push_back(put(k, gen.value()));
   model.run(table, fill);
   EXPECT_EQ(model.fulls(), 50u);
-  EXPECT_EQ(table.stats().items, max_items);
+  EXPECT_EQ(table.stats().device.items, max_items);
   model.check_contents(table);
 
   // Full: new keys are refused, one at a time too; existing keys can still be overwritten and read.
@@ -127,7 +127,7 @@ TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
 
 TEST_P(TableEdgeTest, MalformedOpsAreRejectedAndChangeNothing) {
   Table table(config(8, 16));
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   model.run(table, {put("keep", "value")});
   std::vector<Op> ops = {put("a", "1"), put("bad-kind", "x"), put("long-key", "x"), put("long-val", "x"),
                          get("keep"), del("keep")};
@@ -152,14 +152,14 @@ TEST_P(TableEdgeTest, MalformedOpsAreRejectedAndChangeNothing) {
   EXPECT_EQ(reads.status(2), OpStatus::kNotFound);
   EXPECT_EQ(reads.status(3), OpStatus::kNotFound);
   EXPECT_EQ(reads.status(4), OpStatus::kNotFound);
-  EXPECT_EQ(table.stats().items, 2u);
+  EXPECT_EQ(table.stats().device.items, 2u);
 }
 
 // A pass without valid writes skips grouping (GETs commute): hot keys, misses and malformed ops in it must
 // be answered as in any other pass; one valid write among the same GETs makes the pass grouped again.
 TEST_P(TableEdgeTest, ReadOnlyBatchesAnswerLikeGroupedOnes) {
   Table table(config(8, 16));
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   std::vector<Op> fill;
   for (int i = 0; i < 300; ++i) fill.push_back(put("k" + std::to_string(i), "v" + std::to_string(i)));
   model.run(table, fill);
@@ -216,15 +216,15 @@ void TableEdgeTest::churn_a_full_tier(double headroom_share) {
   c.cleanup_headroom = headroom_share;
   Table table(c);
   const TableStats empty = table.stats();
-  const std::uint64_t headroom = empty.capacity - empty.max_items;
-  Model model(empty.max_items);
+  const std::uint64_t headroom = empty.device.capacity - empty.device.max_items;
+  Model model(empty.device.max_items);
   Generator gen(12, 8, 8);
-  const auto keys = gen.unique_keys(empty.max_items * 3);
+  const auto keys = gen.unique_keys(empty.device.max_items * 3);
   std::vector<Op> fill;
   std::size_t next_key = 0;
-  while (fill.size() < empty.max_items) fill.push_back(put(keys[next_key++], gen.value()));
+  while (fill.size() < empty.device.max_items) fill.push_back(put(keys[next_key++], gen.value()));
   model.run(table, fill);
-  ASSERT_EQ(table.stats().items, empty.max_items);
+  ASSERT_EQ(table.stats().device.items, empty.device.max_items);
   std::size_t oldest = 0;
   std::uint64_t most_tombstones = 0;
   for (int round = 0; round < 40 && !HasFatalFailure(); ++round) {
@@ -233,7 +233,7 @@ void TableEdgeTest::churn_a_full_tier(double headroom_share) {
     for (int i = 0; i < 20; ++i) churn.push_back(put(keys[next_key++], gen.value()));
     for (int i = 0; i < 20; ++i) churn.push_back(get(keys[next_key + static_cast<std::size_t>(i)]));  // absent
     model.run(table, churn);
-    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().tombstones);
+    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().device.tombstones);
   }
   const TableStats s = table.stats();
   EXPECT_GE(s.cleanups, 1u);
@@ -245,7 +245,7 @@ TEST_P(TableEdgeTest, TombstoneCleanupUnderLoadLosesNothing) {
   TableConfig c = config(8, 8, 5000);
   c.cleanup_tombstones = 0.05;
   Table table(c);
-  const std::uint64_t max_items = table.stats().max_items;
+  const std::uint64_t max_items = table.stats().device.max_items;
   Model model(max_items);
   Generator gen(11, 8, 8);
   const auto keys = gen.unique_keys(max_items * 2);
@@ -264,11 +264,11 @@ TEST_P(TableEdgeTest, TombstoneCleanupUnderLoadLosesNothing) {
   }
   const TableStats s = table.stats();
   EXPECT_GE(s.cleanups, 1u);
-  EXPECT_LT(s.tombstones, c.cleanup_tombstones * static_cast<double>(s.capacity));
+  EXPECT_LT(s.device.tombstones, c.cleanup_tombstones * static_cast<double>(s.device.capacity));
   model.check_contents(table);
   // An explicit clean-up keeps everything too.
   EXPECT_TRUE(table.cleanup());
-  EXPECT_EQ(table.stats().tombstones, 0u);
+  EXPECT_EQ(table.stats().device.tombstones, 0u);
   model.check_contents(table);
 }
 
@@ -279,7 +279,7 @@ TEST_P(TableEdgeTest, AScanInRangesSeesEveryUntouchedKeyOnceWhileBatchesChurn) {
   TableConfig c = config(8, 8, 5000);
   c.cleanup_tombstones = 0.02;
   Table table(c);
-  const std::uint64_t max_items = table.stats().max_items;
+  const std::uint64_t max_items = table.stats().device.max_items;
   Model model(max_items);
   Generator gen(23, 8, 8);
   const auto keys = gen.unique_keys(max_items * 3);
@@ -339,7 +339,7 @@ TEST_P(TableEdgeTest, ConcurrentCallersAreSerialised) {
     });
   }
   for (auto& c : callers) c.join();
-  EXPECT_EQ(table.stats().items, 400u);
+  EXPECT_EQ(table.stats().device.items, 400u);
   Columns reads(table.config(), {get("t0-0"), get("t3-99")});
   table.execute(reads.in(), reads.out());
   EXPECT_EQ(reads.value(0), "19");
@@ -381,26 +381,26 @@ TEST_P(TableEdgeTest, LineLayoutPacksAUnitIntoOneLine) {
   c.max_load_factor = 1.0;
   Table table(c);
   const TableStats s = table.stats();
-  EXPECT_EQ(s.board_bytes, 0u);
-  ASSERT_EQ(s.capacity % 5, 0u);
-  EXPECT_GE(s.capacity, 1000u);
-  EXPECT_EQ(s.slot_bytes, s.capacity / 5 * kLineBytes);
-  EXPECT_EQ(table.slot_count(), s.capacity / 5 * 8);  // positions keep the board's numbering
+  EXPECT_EQ(s.device.board_bytes, 0u);
+  ASSERT_EQ(s.device.capacity % 5, 0u);
+  EXPECT_GE(s.device.capacity, 1000u);
+  EXPECT_EQ(s.device.slot_bytes, s.device.capacity / 5 * kLineBytes);
+  EXPECT_EQ(table.slot_count(), s.device.capacity / 5 * 8);  // positions keep the board's numbering
   std::vector<Op> fill;
-  for (std::uint64_t i = 0; i < s.capacity; ++i) fill.push_back(put("k" + std::to_string(i), std::to_string(i)));
+  for (std::uint64_t i = 0; i < s.device.capacity; ++i) fill.push_back(put("k" + std::to_string(i), std::to_string(i)));
   Columns all(c, fill);
   table.execute(all.in(), all.out());
-  for (std::uint64_t i = 0; i < s.capacity; ++i) ASSERT_EQ(all.status(i), OpStatus::kOk) << i;
+  for (std::uint64_t i = 0; i < s.device.capacity; ++i) ASSERT_EQ(all.status(i), OpStatus::kOk) << i;
   Columns one_more(c, {put("one more", "x")});
   table.execute(one_more.in(), one_more.out());
   EXPECT_EQ(one_more.status(0), OpStatus::kFull);
-  EXPECT_EQ(table.stats().items, s.capacity);
+  EXPECT_EQ(table.stats().device.items, s.device.capacity);
   // Packed slots sit side by side in a line: no write spilled into a neighbour.
   std::vector<Op> reads;
-  for (std::uint64_t i = 0; i < s.capacity; ++i) reads.push_back(get("k" + std::to_string(i)));
+  for (std::uint64_t i = 0; i < s.device.capacity; ++i) reads.push_back(get("k" + std::to_string(i)));
   Columns got(c, reads);
   table.execute(got.in(), got.out());
-  for (std::uint64_t i = 0; i < s.capacity; ++i) {
+  for (std::uint64_t i = 0; i < s.device.capacity; ++i) {
     ASSERT_EQ(got.status(i), OpStatus::kOk) << i;
     ASSERT_EQ(got.value(i), std::to_string(i)) << i;
   }

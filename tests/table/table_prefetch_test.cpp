@@ -114,7 +114,7 @@ std::vector<Op> random_ops(Generator& gen, const std::vector<std::string>& keys,
 // backend's two upload slots, and slots held by prefetches that never run.
 TEST_P(TablePrefetchTest, PipelinedBatchesMatchTheModel) {
   Table table(config());
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   Generator gen(7, 16, 24);
   const std::vector<std::string> keys = gen.unique_keys(1500);
   HostBatch a(table, 512), b(table, 512), extra(table, 512);
@@ -148,7 +148,7 @@ TEST_P(TablePrefetchTest, PipelinedBatchesMatchTheModel) {
 // A buffer refilled and prefetched again before it ran: execute() must run the new columns, not the first copy.
 TEST_P(TablePrefetchTest, RefilledAndPrefetchedAgainRunsTheNewColumns) {
   Table table(config());
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   HostBatch batch(table, 512);
   batch.fill(table, {Op{OpKind::kPut, "key", "first"}});
   table.prefetch(batch.in());
@@ -163,7 +163,7 @@ TEST_P(TablePrefetchTest, RefilledAndPrefetchedAgainRunsTheNewColumns) {
 // and a batch larger than one pass is not prefetched but runs as usual.
 TEST_P(TablePrefetchTest, PrefetchedBatchRunsAfterOthers) {
   Table table(config());
-  Model model(table.stats().max_items);
+  Model model(table.stats().device.max_items);
   Generator gen(11, 16, 24);
   const std::vector<std::string> keys = gen.unique_keys(800);
   HostBatch early(table, 512), other(table, 512), large(table, 2000);

@@ -25,7 +25,7 @@ TEST(TableStressTest, ManyThreadsHotKeysAndCleanupMatchModel) {
   c.cleanup_tombstones = 0.05;
   c.max_batch = 5000;  // batches below span several passes
   Table table(c);
-  const std::uint64_t max_items = table.stats().max_items;
+  const std::uint64_t max_items = table.stats().device.max_items;
   Model model(max_items);
   Generator gen(0xC0FFEE, c.key_width, c.value_width);
   const auto keys = gen.unique_keys(max_items * 2);
@@ -78,7 +78,7 @@ TEST(TableStressTest, ConcurrentCallersWithWorkerThreads) {
   }
   for (auto& th : clients) th.join();
   EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(table.stats().items, static_cast<std::uint64_t>(kClients * kKeys));
+  EXPECT_EQ(table.stats().device.items, static_cast<std::uint64_t>(kClients * kKeys));
 }
 
 }  // namespace

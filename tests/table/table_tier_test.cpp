@@ -56,7 +56,7 @@ std::vector<Op> gets(std::uint64_t begin, std::uint64_t end) {
 void fill_tiers(Table& table, Model& model, std::uint64_t device_max, std::uint64_t host_keys) {
   model.run(table, puts(0, device_max));
   model.run(table, puts(device_max, device_max + host_keys));
-  ASSERT_EQ(table.stats().items, device_max);
+  ASSERT_EQ(table.stats().device.items, device_max);
   ASSERT_EQ(table.stats().host.items, host_keys);
 }
 
@@ -64,18 +64,18 @@ TEST_P(TableTierTest, NewKeysFillTheDeviceTierFirstThenSpill) {
   Table table(config());
   const TableStats empty = table.stats();
   ASSERT_GT(empty.host.capacity, 0u);
-  const std::uint64_t device_max = empty.max_items;
+  const std::uint64_t device_max = empty.device.max_items;
   Model model(total_max_items(empty));
 
   model.run(table, puts(0, device_max));
   TableStats s = table.stats();
-  EXPECT_EQ(s.items, device_max);
+  EXPECT_EQ(s.device.items, device_max);
   EXPECT_EQ(s.host.items, 0u);
   EXPECT_EQ(s.host_writes, 0u) << "no host write before the device tier is full";
 
   model.run(table, puts(device_max, device_max + 300));
   s = table.stats();
-  EXPECT_EQ(s.items, device_max);
+  EXPECT_EQ(s.device.items, device_max);
   EXPECT_EQ(s.host.items, 300u);
   EXPECT_EQ(s.host_writes, 300u) << "an insert into the host tier writes host memory once";
 
@@ -85,14 +85,14 @@ TEST_P(TableTierTest, NewKeysFillTheDeviceTierFirstThenSpill) {
   model.run(table, deletes);
   model.run(table, puts(10000, 10050));
   s = table.stats();
-  EXPECT_EQ(s.items, device_max);
+  EXPECT_EQ(s.device.items, device_max);
   EXPECT_EQ(s.host.items, 300u);
   model.check_contents(table);
 }
 
 TEST_P(TableTierTest, AKeyStaysInItsTier) {
   Table table(config());
-  const std::uint64_t device_max = table.stats().max_items;
+  const std::uint64_t device_max = table.stats().device.max_items;
   Model model(total_max_items(table.stats()));
   fill_tiers(table, model, device_max, 200);
   const std::uint64_t host_key = device_max + 7, device_key = 3;
@@ -100,7 +100,7 @@ TEST_P(TableTierTest, AKeyStaysInItsTier) {
   const TableStats before = table.stats();
   model.run(table, {put(key(host_key), "new host value"), put(key(device_key), "new device value")});
   TableStats s = table.stats();
-  EXPECT_EQ(s.items, before.items);
+  EXPECT_EQ(s.device.items, before.device.items);
   EXPECT_EQ(s.host.items, before.host.items);
   EXPECT_EQ(s.host_writes, before.host_writes + 1) << "the overwrite of a host key writes it where it is";
 
@@ -109,7 +109,7 @@ TEST_P(TableTierTest, AKeyStaysInItsTier) {
   // Deleting a host key frees host room, not device room; the key is gone from both.
   model.run(table, {del(key(host_key)), get(key(host_key))});
   s = table.stats();
-  EXPECT_EQ(s.items, before.items);
+  EXPECT_EQ(s.device.items, before.device.items);
   EXPECT_EQ(s.host.items, before.host.items - 1);
   // Re-inserted while the device tier is full, it goes back to the host tier.
   model.run(table, {put(key(host_key), "again"), get(key(host_key))});
@@ -119,7 +119,7 @@ TEST_P(TableTierTest, AKeyStaysInItsTier) {
 
 TEST_P(TableTierTest, OneBatchMixesBothTiers) {
   Table table(config());
-  const std::uint64_t device_max = table.stats().max_items;
+  const std::uint64_t device_max = table.stats().device.max_items;
   Model model(total_max_items(table.stats()));
   model.run(table, puts(0, device_max + 500));
   // Every kind of op on device keys, host keys and absent keys, repeated keys included, in one pass.
@@ -159,7 +159,7 @@ TEST_P(TableTierTest, BothTiersFullRefuseWritesAndLoseNothing) {
   table.execute(cols.in(), cols.out());
   for (std::size_t i = 0; i < 100; ++i) ASSERT_EQ(cols.status(i), OpStatus::kFull) << i;
   const TableStats after = table.stats();
-  EXPECT_EQ(after.items, full.items);
+  EXPECT_EQ(after.device.items, full.device.items);
   EXPECT_EQ(after.host.items, full.host.items);
   EXPECT_EQ(after.host_writes, full.host_writes) << "a refused write touches no host memory";
   // Overwrites of stored keys still work in both tiers.
@@ -169,7 +169,7 @@ TEST_P(TableTierTest, BothTiersFullRefuseWritesAndLoseNothing) {
 
 TEST_P(TableTierTest, HostTrafficOnlyWhereNeeded) {
   Table table(config(1000, 20000));
-  const std::uint64_t device_max = table.stats().max_items;
+  const std::uint64_t device_max = table.stats().device.max_items;
   const std::uint64_t host_keys = 15000;
   Model model(total_max_items(table.stats()));
   fill_tiers(table, model, device_max, host_keys);
@@ -215,7 +215,7 @@ TEST_P(TableTierTest, HostTierCleanupKeepsEveryKey) {
   TableConfig c = config(500, 3000);
   c.cleanup_tombstones = 0.05;  // clean-ups run often: about every 150 host-tier deletions
   Table table(c);
-  const std::uint64_t device_max = table.stats().max_items;
+  const std::uint64_t device_max = table.stats().device.max_items;
   Model model(total_max_items(table.stats()));
   fill_tiers(table, model, device_max, 2500);
   const std::uint64_t cleanups_before = table.stats().cleanups;
@@ -232,7 +232,7 @@ TEST_P(TableTierTest, HostTierCleanupKeepsEveryKey) {
   // An explicit clean-up empties both tiers of tombstones.
   model.run(table, {del(key(device_max + 1)), del(key(2))});
   ASSERT_TRUE(table.cleanup());
-  EXPECT_EQ(table.stats().tombstones, 0u);
+  EXPECT_EQ(table.stats().device.tombstones, 0u);
   EXPECT_EQ(table.stats().host.tombstones, 0u);
   model.check_contents(table);
 }
@@ -245,7 +245,7 @@ TEST_P(TableTierTest, SizesAndSettings) {
   const TableStats s = Table(config(1000, 5000)).stats();
   EXPECT_GE(s.host.capacity, 5000u);
   EXPECT_GT(s.host.board_bytes, 0u);
-  EXPECT_EQ(s.host.slot_bytes, s.host.capacity * (s.slot_bytes / s.capacity));
+  EXPECT_EQ(s.host.slot_bytes, s.host.capacity * (s.device.slot_bytes / s.device.capacity));
   TableConfig huge = config(1000, std::uint64_t{1} << 41);
   EXPECT_THROW(Table{huge}, Error);
 }

@@ -142,13 +142,7 @@ struct TierStats {
 };
 
 struct TableStats {
-  // The device tier's figures (kept flat: most tables have no host tier).
-  std::uint64_t items = 0;
-  std::uint64_t tombstones = 0;
-  std::uint64_t capacity = 0;
-  std::uint64_t max_items = 0;
-  std::uint64_t board_bytes = 0;
-  std::uint64_t slot_bytes = 0;
+  TierStats device;                   // the device tier (GPU memory on the GPU backend)
   TierStats host;                     // the host tier; host.capacity == 0 if the table has none
   // Host-tier traffic since the table was created: slots read (key comparisons, each one access to host
   // memory), slots written (new keys and overwrites), and slots the ticket-board's info bits ruled out
