@@ -7,7 +7,8 @@
 #   build   compilers, CMake and the libraries the server, client and tests are built with (docker/Dockerfile's
 #           build stage installs this group)
 #   test    tools the tests run for real: prometheus (the server, for the end-to-end test) and promtool (which
-#           the same package ships); openssl (the command), which makes the certificates of the TLS tests
+#           the same package ships); openssl (the command), which makes the certificates of the TLS tests;
+#           clang, whose -Wthread-safety checks the batcher's lock annotations
 #   image   tools the opt-in image test (tests/deploy/image_test.sh) builds and runs the container image with:
 #           buildah and debootstrap
 set -euo pipefail
@@ -19,7 +20,7 @@ for group in "${groups[@]}"; do
     build) packages+=(build-essential cmake libgtest-dev libgmock-dev
              libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev libspdlog-dev libxxhash-dev
              prometheus-cpp-dev libssl-dev) ;;
-    test) packages+=(prometheus openssl) ;;
+    test) packages+=(prometheus openssl clang) ;;
     image) packages+=(buildah debootstrap) ;;
     *) echo "install-deps: unknown group '$group' (build, test or image)" >&2; exit 2 ;;
   esac

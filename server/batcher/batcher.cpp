@@ -3,10 +3,10 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <cstring>
 #include <stdexcept>
+
+#include "staged_batch.hpp"
 
 namespace gpukv::server {
 
@@ -33,47 +33,6 @@ constexpr const char* kExpired = "the deadline passed while the call was queued"
 // Reserved rows up to this many are copied without giving up the lock.
 constexpr std::size_t kRowsCopiedUnderLock = 256;
 
-// Kind byte of a staged op that failed validation: the table answers it kInvalid and changes nothing.
-constexpr std::uint8_t kRejectedOp = 0xFF;
-
-struct Batcher::CallState {
-  Call call;
-  Clock::time_point arrived;
-  // Where reservation resumes for a call that spans batches (changed under the lock only).
-  std::size_t next_op = 0;
-  std::size_t key_offset = 0;
-  std::size_t value_offset = 0;
-  std::size_t write_index = 0;
-  std::size_t get_index = 0;  // GETs before next_op: where its next GET's value slot is
-  // Segments not yet answered, plus one until its last op has a row (or the rest of an expired call is
-  // dropped). Whoever brings it to zero completes the call (answers it and deletes this state): a call
-  // spanning batches may be answered on several threads at once, and is completed once, after all its
-  // results are written.
-  std::atomic<std::size_t> unanswered{1};
-  // Its deadline passed before its first batch closed (set under the lock when a batch closes): none of its
-  // rows run, and it is answered DEADLINE_EXCEEDED.
-  bool expired = false;
-  // A batch with some of its ops failed (set before that batch is answered): the call is completed with this
-  // code and message, kInternal for the table, kUnavailable for the write-ahead log; the first failure wins.
-  CallCode failure_code = CallCode::kOk;
-  std::string failure;
-  bool packed = false;  // its values were written packed (it was answered in one segment)
-};
-
-// A run of one call's ops in a batch, with where their bytes start in the call's columns.
-struct Batcher::Segment {
-  CallState* call;
-  std::size_t first_op;
-  std::size_t count;
-  std::size_t row;  // the batch row of first_op
-  std::size_t key_offset;
-  std::size_t value_offset;
-  std::size_t write_index;
-  std::size_t get_index;
-  Clock::time_point deadline;  // the call's, here so that closing a batch reads no call
-  bool expired = false;        // the call's deadline passed before it started: its rows are rejected, not run
-};
-
 // Rows reserved under the lock, to copy (outside it if many), and calls refused for their deadline.
 struct Batcher::StageWork {
   StagedBatch* batch = nullptr;
@@ -81,107 +40,6 @@ struct Batcher::StageWork {
   std::size_t rows = 0;
   std::vector<std::unique_ptr<CallState>> expired;
 };
-
-// A device batch in the table's column layout, plus which call each row answers. The columns are carved from
-// one block of the table's host memory (pinned on the GPU backend), so that the table copies them by DMA and
-// can prefetch a closed batch while the previous one runs.
-struct Batcher::StagedBatch {
-  StagedBatch(Table& table, std::size_t n, std::uint32_t key_width, std::uint32_t value_stride) {
-    std::size_t bytes = 0;
-    const auto column = [&](std::size_t size) {  // 8-byte aligned, as the table requires
-      const std::size_t at = bytes;
-      bytes += (size + 7) / 8 * 8;
-      return at;
-    };
-    const std::size_t at_ops = column(n), at_key_lens = column(n), at_status = column(n);
-    const std::size_t at_value_lens = column(n * 4), at_out_value_lens = column(n * 4);
-    const std::size_t at_keys = column(n * key_width), at_values = column(n * value_stride), at_out_values = column(n * value_stride);
-    memory = table.allocate_host(bytes);
-    std::uint8_t* base = memory.data();
-    ops = base + at_ops;
-    key_lens = base + at_key_lens;
-    status = base + at_status;
-    value_lens = reinterpret_cast<std::uint32_t*>(base + at_value_lens);
-    out_value_lens = reinterpret_cast<std::uint32_t*>(base + at_out_value_lens);
-    keys = base + at_keys;
-    values = base + at_values;
-    out_values = base + at_out_values;
-  }
-  HostMemory memory;
-  std::uint8_t *ops, *key_lens, *status;
-  std::uint32_t *value_lens, *out_value_lens;
-  std::uint8_t *keys, *values, *out_values;
-  std::size_t size = 0;               // rows reserved
-  std::size_t writes = 0, gets = 0;   // valid PUTs and GETs copied
-  Clock::time_point oldest{};         // when the op in row 0 arrived
-  Clock::duration stage_time{};       // copying, summed over the threads that copied
-  std::vector<Segment> segments;
-  std::size_t copies = 0;  // reservations whose rows are still being copied
-  std::string log_record;  // with a write-ahead log: the batch's record, encoded after it ran
-  bool closed = false;     // takes no more rows
-  bool ready = false;      // closed and copied: the execution thread may take it
-  bool prefetched = false; // handed to Table::prefetch
-  // After execution: the table failed it, the report being put together, answering jobs not yet done.
-  bool failed = false;
-  Clock::time_point executed{};
-  BatchReport report;
-  std::mutex report_mutex;
-  std::atomic<std::size_t> jobs_left{0};
-
-  void reset() {
-    size = writes = gets = copies = 0;
-    stage_time = {};
-    segments.clear();
-    closed = ready = prefetched = failed = false;
-    report = BatchReport{};
-  }
-
-  // A batch without writes leaves out the value columns, and one without GETs the result values: the GPU
-  // backend copies only the columns given.
-  BatchIn in() const {
-    return BatchIn{size, ops, keys, key_lens, writes != 0 ? values : nullptr, writes != 0 ? value_lens : nullptr};
-  }
-  BatchOut out() const { return BatchOut{status, gets != 0 ? out_values : nullptr, gets != 0 ? out_value_lens : nullptr}; }
-};
-
-namespace {
-
-struct CopyCounts {
-  std::size_t writes = 0, gets = 0;
-};
-
-// Copies a found value to `slot`, which has `width` bytes of room (the slot's size). The common widths go as
-// fixed-size copies the compiler inlines, of the whole slot: a libc call per 8-byte value cost more than the
-// copy, and the bytes past the value's length are overwritten by the next value or cut off at values_size.
-void copy_value(char* slot, const std::uint8_t* value, std::uint32_t len, std::uint32_t width) {
-  switch (width) {
-    case 8: std::memcpy(slot, value, 8); return;
-    case 16: std::memcpy(slot, value, 16); return;
-    case 32: std::memcpy(slot, value, 32); return;
-    case 64: std::memcpy(slot, value, 64); return;
-    case 128: std::memcpy(slot, value, 128); return;
-    default: std::memcpy(slot, value, len);
-  }
-}
-
-// Packs the GET values, written at fixed slots (the g-th GET at g * width) while the call's batches were
-// answered, into op order with no gaps, as CallResults promises. In place: a packed offset never exceeds
-// its slot.
-void pack_values(CallResults& r, const CallOps& ops, std::uint32_t width) {
-  std::size_t packed = 0;
-  if (r.values != nullptr) {
-    for (std::size_t i = 0, g = 0; i < ops.count; ++i) {
-      if (!is_get(kind_at(ops, i))) continue;
-      const std::uint32_t len = r.value_lengths[i];
-      if (len != 0 && packed != g * width) std::memmove(r.values + packed, r.values + g * width, len);
-      packed += len;
-      ++g;
-    }
-  }
-  r.values_size = packed;
-}
-
-}  // namespace
 
 Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch,
                  std::function<void(const TableStats&, std::size_t)> on_executed, BatchLog log)
@@ -199,7 +57,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
                                 " (the table's max_batch)");
   }
   for (std::size_t i = 0; i < batch_count_; ++i) {
-    batches_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_stride_));
+    batches_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_width_, value_stride_));
     free_.push_back(batches_.back().get());
   }
   open_filling();
@@ -229,7 +87,7 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
 Batcher::~Batcher() { drain(); }
 
 std::size_t Batcher::queued_ops() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   return pending_ops();
 }
 
@@ -242,11 +100,12 @@ void Batcher::open_filling() {
   filling_ = free_.back();
   free_.pop_back();
   filling_->reset();
+  filling_->move_to(BatchState::kFilling);
 }
 
-Batcher::StagedBatch* Batcher::close_filling() {
+StagedBatch* Batcher::close_filling() {
   StagedBatch* batch = filling_;
-  batch->closed = true;
+  batch->move_to(BatchState::kClosed);
   // A call counts as queued until its first batch closes: if its deadline has passed by then, none of it
   // runs (and reserve_queued gives the rest of such a call no rows).
   const Clock::time_point now = Clock::now();
@@ -259,7 +118,7 @@ Batcher::StagedBatch* Batcher::close_filling() {
   return batch->copies == 0 ? batch : nullptr;
 }
 
-void Batcher::publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch) {
+void Batcher::publish(StagedBatch& batch) {
   // The table keeps two prefetched uploads, and a new one replaces the older one not yet running: only the
   // batch that runs next is prefetched here; the execution thread prefetches the one after it when it
   // starts this one.
@@ -267,13 +126,13 @@ void Batcher::publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch) {
   batch.prefetched = next;
   // No other thread touches a closed batch with no copies in flight until it is ready, so the rejection of
   // expired calls' rows and the prefetch run outside the lock.
-  lock.unlock();
+  mutex_.unlock();
   for (const Segment& s : batch.segments) {
-    if (s.expired) std::memset(batch.ops + s.row, kRejectedOp, s.count);
+    if (s.expired) batch.reject_rows(s);
   }
   if (next) prefetch(batch);
-  lock.lock();
-  batch.ready = true;
+  mutex_.lock();
+  batch.move_to(BatchState::kReady);
   batch_ready_.notify_one();
 }
 
@@ -298,7 +157,7 @@ void Batcher::submit(Call call) {
   const char* refusal = nullptr;
   CallCode code = CallCode::kOk;
   bool wake = false;
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (draining_) {
     refusal = "the server is draining";
     code = CallCode::kUnavailable;
@@ -319,14 +178,14 @@ void Batcher::submit(Call call) {
         if (config_.launch_when_idle) {
           // Nothing to run: start it now. Else the execution thread closes it when the running batch ends.
           if (table_idle()) {
-            if (StagedBatch* closed = close_filling()) publish(lock, *closed);
+            if (StagedBatch* closed = close_filling()) publish(*closed);
           }
         } else if (first_rows) {
           wake = true;  // the staging thread times the batch from its first op
         }
       }
       if (!queue_.empty() && filling_ != nullptr) wake = true;  // the rest of a call larger than the room left
-      run_stage_work(lock, work);
+      run_stage_work(work);
     }
   }
   // Under the lock: once it is released, the call may be answered and the batcher drained and destroyed
@@ -340,15 +199,15 @@ void Batcher::submit(Call call) {
 
 void Batcher::drain() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) return;
     draining_ = true;
   }
   queue_changed_.notify_all();
   {
-    std::unique_lock lock(mutex_);
+    MutexLock lock(mutex_);
     // Every batch free (or the empty filling one): nothing queued, running or being answered.
-    idle_.wait(lock, [&] {
+    lock.wait(idle_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
       return queue_.empty() && free_.size() + 1 == batch_count_ && filling_ != nullptr && filling_->size == 0 && refusing_ == 0;
     });
     stopping_ = true;
@@ -358,13 +217,13 @@ void Batcher::drain() {
   if (stager_.joinable()) stager_.join();
   if (executor_.joinable()) executor_.join();
   {
-    std::lock_guard lock(log_mutex_);  // every batch is free: none is waiting to be logged
+    MutexLock lock(log_mutex_);  // every batch is free: none is waiting to be logged
     log_stop_ = true;
   }
   log_ready_.notify_all();
   if (logger_.joinable()) logger_.join();
   {
-    std::lock_guard lock(completion_mutex_);  // every job is done: every batch is free
+    MutexLock lock(completion_mutex_);  // every job is done: every batch is free
     completion_stop_ = true;
   }
   completion_ready_.notify_all();
@@ -372,9 +231,11 @@ void Batcher::drain() {
 }
 
 void Batcher::complete_loop() {
-  std::unique_lock lock(completion_mutex_);
+  MutexLock lock(completion_mutex_);
   for (;;) {
-    completion_ready_.wait(lock, [&] { return !answer_jobs_.empty() || completion_stop_; });
+    lock.wait(completion_ready_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(completion_mutex_) {
+      return !answer_jobs_.empty() || completion_stop_;
+    });
     if (answer_jobs_.empty()) return;
     const AnswerJob job = answer_jobs_.front();
     answer_jobs_.pop_front();
@@ -446,68 +307,37 @@ Batcher::StageWork Batcher::reserve_queued(Clock::time_point now) {
   return work;
 }
 
-namespace {
-
-// Copies a run of one call's ops into the batch's columns; a malformed op becomes a rejected row. (A
-// template only so that it can take the batcher's private types.)
-template <class Batch, class Seg>
-void copy_segment(Batch& batch, const Seg& s, const CallOps& ops, std::uint32_t key_width, std::uint32_t value_width,
-                  std::uint32_t value_stride, CopyCounts& counts) {
-  std::size_t key_offset = s.key_offset, value_offset = s.value_offset, write_index = s.write_index;
-  for (std::size_t j = 0; j < s.count; ++j) {
-    const std::size_t i = s.first_op + j, row = s.row + j;
-    const std::uint8_t kind = kind_at(ops, i);
-    const std::uint32_t key_len = ops.key_lengths[i];
-    const bool writes = carries_value(kind);
-    const std::uint32_t value_len = writes ? ops.value_lengths[write_index] : 0;
-    const bool valid = kind < kOpKindCount && key_len >= 1 && key_len <= key_width && value_len <= value_width;
-    batch.ops[row] = valid ? kind : kRejectedOp;
-    batch.key_lens[row] = valid ? static_cast<std::uint8_t>(key_len) : 0;
-    if (valid) std::memcpy(batch.keys + row * key_width, ops.keys.data() + key_offset, key_len);
-    batch.value_lens[row] = valid ? value_len : 0;
-    counts.writes += valid && writes;
-    counts.gets += valid && is_get(kind);
-    if (valid && value_len != 0) std::memcpy(batch.values + row * value_stride, ops.values.data() + value_offset, value_len);
-    key_offset += key_len;
-    if (writes) {
-      value_offset += value_len;
-      ++write_index;
-    }
-  }
-}
-
-}  // namespace
-
-void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work) {
+void Batcher::run_stage_work(StageWork& work) {
   if (work.batch == nullptr && work.expired.empty()) return;
+  // Refuses the expired calls and copies the reserved rows; the rows are this thread's alone, and the calls'
+  // columns do not change, so it needs no lock.
+  StagedBatch::CopyCounts counts;
+  Clock::duration copy_time{};
+  const std::size_t refused = work.expired.size();
+  const auto copy = [&](const Segment* segments) {
+    for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
+    work.expired.clear();
+    if (work.batch == nullptr) return;
+    const Clock::time_point start = Clock::now();
+    for (std::size_t k = 0; k < work.last_segment - work.first_segment; ++k) work.batch->copy_rows(segments[k], counts);
+    copy_time = Clock::now() - start;
+  };
   // A few rows copy faster than the lock is given up and taken back (and other threads wait on it less
   // than they would for the hand-off); refused calls are answered outside the lock.
-  const bool under_lock = work.rows <= kRowsCopiedUnderLock && work.expired.empty();
-  // Outside the lock, the batch's segment list may grow (and move) while these rows are copied: copy them
-  // from a list of their own.
-  std::vector<Segment> own;
-  const Segment* segments = nullptr;
-  if (work.batch != nullptr) {
-    const auto first = work.batch->segments.begin() + static_cast<std::ptrdiff_t>(work.first_segment);
-    if (!under_lock) own.assign(first, first + static_cast<std::ptrdiff_t>(work.last_segment - work.first_segment));
-    segments = under_lock ? &*first : own.data();
+  const auto first = work.batch != nullptr
+                         ? work.batch->segments.begin() + static_cast<std::ptrdiff_t>(work.first_segment)
+                         : std::vector<Segment>::iterator{};
+  if (work.rows <= kRowsCopiedUnderLock && work.expired.empty()) {
+    copy(work.batch != nullptr ? &*first : nullptr);
+  } else {
+    // Outside the lock, the batch's segment list may grow (and move) while these rows are copied: copy
+    // them from a list of their own.
+    std::vector<Segment> own;
+    if (work.batch != nullptr) own.assign(first, first + static_cast<std::ptrdiff_t>(work.last_segment - work.first_segment));
+    mutex_.unlock();
+    copy(own.data());
+    mutex_.lock();
   }
-  if (!under_lock) lock.unlock();
-  for (auto& c : work.expired) c->call.done(CallCode::kDeadlineExceeded, kExpired);
-  const std::size_t refused = work.expired.size();
-  work.expired.clear();
-  CopyCounts counts;
-  Clock::duration copy_time{};
-  if (work.batch != nullptr) {
-    // The rows are this thread's alone, and the calls' columns do not change: no lock needed.
-    const Clock::time_point start = Clock::now();
-    for (std::size_t k = 0; k < work.last_segment - work.first_segment; ++k) {
-      const Segment& seg = segments[k];
-      copy_segment(*work.batch, seg, seg.call->call.ops, key_width_, value_width_, value_stride_, counts);
-    }
-    copy_time = Clock::now() - start;
-  }
-  if (!under_lock) lock.lock();
   if (refused != 0) {
     refusing_ -= refused;
     idle_.notify_all();
@@ -517,17 +347,17 @@ void Batcher::run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work
   batch.writes += counts.writes;
   batch.gets += counts.gets;
   batch.stage_time += copy_time;
-  if (--batch.copies == 0 && batch.closed) publish(lock, batch);
+  if (--batch.copies == 0 && batch.state() == BatchState::kClosed) publish(batch);
 }
 
 void Batcher::stage_loop() {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   for (;;) {
     if (stopping_) return;
     const Clock::time_point now = Clock::now();
     if (filling_ != nullptr && !queue_.empty()) {  // calls waited for a batch: move them in
       StageWork work = reserve_queued(now);
-      run_stage_work(lock, work);
+      run_stage_work(work);
       continue;
     }
     const std::size_t filled = filling_ != nullptr ? filling_->size : 0;
@@ -535,22 +365,24 @@ void Batcher::stage_loop() {
     const BatchDecision d = decide_batch(pending_ops(), oldest, now, config_.batch_size, config_.max_delay,
                                          draining_, config_.launch_when_idle, table_idle());
     if (d.launch && filled != 0) {
-      if (StagedBatch* batch = close_filling()) publish(lock, *batch);
+      if (StagedBatch* batch = close_filling()) publish(*batch);
       continue;
     }
     // Nothing to launch yet, or every batch busy (the execution thread wakes this one when one frees up).
     if (!d.launch && d.wait != Clock::duration::max()) {
-      queue_changed_.wait_for(lock, d.wait);
+      lock.wait_for(queue_changed_, d.wait);
     } else {
-      queue_changed_.wait(lock);
+      lock.wait(queue_changed_);
     }
   }
 }
 
 void Batcher::execute_loop() {
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   for (;;) {
-    batch_ready_.wait(lock, [&] { return (!closed_.empty() && closed_.front()->ready) || !reports_.empty() || stopping_; });
+    lock.wait(batch_ready_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+      return (!closed_.empty() && closed_.front()->state() == BatchState::kReady) || !reports_.empty() || stopping_;
+    });
     // Reports of answered batches go out here, between executions, so that on_batch (which updates the
     // metrics) never waits for one.
     while (!reports_.empty()) {
@@ -560,24 +392,28 @@ void Batcher::execute_loop() {
       if (on_batch_) on_batch_(report);
       lock.lock();
     }
-    if (closed_.empty() || !closed_.front()->ready) {
+    if (closed_.empty() || closed_.front()->state() != BatchState::kReady) {
       if (stopping_) return;
       continue;
     }
     StagedBatch* batch = closed_.front();
     closed_.pop_front();
+    batch->move_to(BatchState::kRunning);
     executing_ = true;
     // The batch after this one, if ready and not yet on its way (publish prefetched only the next one).
-    StagedBatch* after = !closed_.empty() && closed_.front()->ready && !closed_.front()->prefetched ? closed_.front() : nullptr;
+    StagedBatch* after = !closed_.empty() && closed_.front()->state() == BatchState::kReady && !closed_.front()->prefetched
+                             ? closed_.front()
+                             : nullptr;
     if (after != nullptr) after->prefetched = true;
     lock.unlock();
     if (after != nullptr) prefetch(*after);
     execute(*batch);
     if (log_) {
-      if (!batch->failed) log_.encode(batch->in(), batch->status, &batch->log_record);
+      if (!batch->failed) log_.encode(batch->in(), batch->status(), &batch->log_record);
       // Logged and answered by the log thread, in order, while the next batch runs.
+      batch->move_to(BatchState::kLogging);
       {
-        std::lock_guard log_lock(log_mutex_);
+        MutexLock log_lock(log_mutex_);
         log_queue_.push_back(batch);
       }
       log_ready_.notify_one();
@@ -588,7 +424,7 @@ void Batcher::execute_loop() {
     executing_ = false;
     // With launch_when_idle, a batch that filled while this one ran starts now.
     if (config_.launch_when_idle && closed_.empty() && filling_ != nullptr && filling_->size != 0) {
-      if (StagedBatch* next = close_filling()) publish(lock, *next);
+      if (StagedBatch* next = close_filling()) publish(*next);
     }
     if (!log_ && !completers_.empty()) {
       lock.unlock();
@@ -625,10 +461,10 @@ void Batcher::execute(StagedBatch& batch) {
 }
 
 void Batcher::log_loop() {
-  std::unique_lock lock(log_mutex_);
+  MutexLock lock(log_mutex_);
   std::deque<StagedBatch*> group;
   for (;;) {
-    log_ready_.wait(lock, [&] { return !log_queue_.empty() || log_stop_; });
+    lock.wait(log_ready_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(log_mutex_) { return !log_queue_.empty() || log_stop_; });
     if (log_queue_.empty()) return;
     group.swap(log_queue_);  // every batch waiting: one sync makes them all durable
     lock.unlock();
@@ -651,10 +487,7 @@ void Batcher::log_loop() {
 
 void Batcher::fail_writers(StagedBatch& batch, const std::string& error) {
   for (const Segment& s : batch.segments) {
-    const bool writes = std::any_of(batch.ops + s.row, batch.ops + s.row + s.count, [](std::uint8_t op) {
-      return op == static_cast<std::uint8_t>(OpKind::kDelete) || carries_value(op);
-    });
-    if (writes && s.call->failure.empty()) {
+    if (batch.writes_in(s) && s.call->failure.empty()) {
       s.call->failure_code = CallCode::kUnavailable;
       s.call->failure = "the write-ahead log failed, the call's writes are not durable: " + error;
     }
@@ -662,6 +495,7 @@ void Batcher::fail_writers(StagedBatch& batch, const std::string& error) {
 }
 
 void Batcher::hand_out_answers(StagedBatch& batch) {
+  batch.move_to(BatchState::kAnswering);
   const std::size_t segments = batch.segments.size();
   if (completers_.empty()) {  // answered here, before the next batch runs
     batch.jobs_left.store(1, std::memory_order_relaxed);
@@ -685,7 +519,7 @@ void Batcher::hand_out_answers(StagedBatch& batch) {
   }
   batch.jobs_left.store(jobs.size(), std::memory_order_relaxed);
   {
-    std::lock_guard lock(completion_mutex_);
+    MutexLock lock(completion_mutex_);
     answer_jobs_.insert(answer_jobs_.end(), jobs.begin(), jobs.end());
   }
   if (jobs.size() == 1) {
@@ -699,7 +533,7 @@ void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t 
   ResultCounts counts{};
   for (std::size_t k = first_segment; k < last_segment; ++k) {
     const Segment& s = batch.segments[k];
-    if (!batch.failed && !s.expired) write_results(batch, s, counts);
+    if (!batch.failed && !s.expired) batch.write_results(s, counts);
     if (s.call->unanswered.fetch_sub(1, std::memory_order_acq_rel) == 1) complete(s.call);
   }
   {
@@ -709,38 +543,6 @@ void Batcher::answer(StagedBatch& batch, std::size_t first_segment, std::size_t 
     }
   }
   if (batch.jobs_left.fetch_sub(1, std::memory_order_acq_rel) == 1) release(batch);
-}
-
-void Batcher::write_results(const StagedBatch& batch, const Segment& s, ResultCounts& counts) {
-  CallState& c = *s.call;
-  CallResults& r = *c.call.results;
-  const CallOps& ops = c.call.ops;
-  // Each segment writes only its own ops' entries, so segments of one call answered at once never meet. A
-  // call's only segment packs its values as it goes; one of several writes each value at its GET's own slot
-  // (the g-th GET's at g * value_width), and complete() packs them.
-  const bool whole = s.count == ops.count;
-  std::memcpy(r.results + s.first_op, batch.status + s.row, s.count);
-  std::size_t at = whole ? 0 : s.get_index * value_width_;  // where the next GET's value goes
-  for (std::size_t j = 0; j < s.count; ++j) {
-    const std::size_t i = s.first_op + j, row = s.row + j;
-    const std::uint8_t status = batch.status[row];
-    const std::uint8_t kind = kind_at(ops, i);
-    if (is_get(kind)) {
-      if (status == static_cast<std::uint8_t>(OpStatus::kOk)) {
-        const std::uint32_t len = batch.out_value_lens[row];
-        copy_value(r.values + at, batch.out_values + row * value_stride_, len, value_width_);
-        r.value_lengths[i] = len;
-        at += whole ? len : value_width_;
-      } else if (!whole) {
-        at += value_width_;
-      }
-    }
-    if (kind < kOpKindCount && status < counts[kind].size()) counts[kind][status] += 1;
-  }
-  if (whole) {
-    r.values_size = at;
-    c.packed = true;
-  }
 }
 
 void Batcher::complete(CallState* state) {
@@ -757,11 +559,12 @@ void Batcher::complete(CallState* state) {
 
 void Batcher::release(StagedBatch& batch) {
   batch.report.answer_time = Clock::now() - batch.executed;
-  std::unique_lock lock(mutex_);
+  MutexLock lock(mutex_);
   if (on_batch_) {
     reports_.push_back(batch.report);
     batch_ready_.notify_one();
   }
+  batch.move_to(BatchState::kFree);
   free_.push_back(&batch);
   open_filling();
   // Queued calls have a batch to go into now: only then has the staging thread something new to do.

@@ -21,82 +21,35 @@
 // lets one fill, one run, one be logged and one be answered at once. A call larger than a batch spans
 // consecutive batches, and is answered once all of its rows are.
 //
-// Knows nothing of gRPC: the service adapts calls to CallOps / CallResults.
+// Each batch goes through one lifecycle, Free -> Filling -> Closed -> Ready -> Running [-> Logging] ->
+// Answering -> Free (staged_batch.hpp); the batcher owns the threads and moves the batches along it. Shared
+// state is annotated with the mutex that guards it, and clang's -Wthread-safety checks the annotations
+// (tests/CMakeLists.txt, batcher_thread_safety).
+//
+// Knows nothing of gRPC: the service adapts calls to CallOps / CallResults (call.hpp).
 #pragma once
 
-#include <algorithm>
-#include <array>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
+#include "batch_report.hpp"
 #include "batching_policy.hpp"
+#include "call.hpp"
 #include "gpukv/table.hpp"
+#include "mutex.hpp"
 
 namespace gpukv::server {
 
-// A call's operations as packed columns, the wire format of the batch and stream calls (a unary call is
-// one op). The memory must stay valid until the call's done() has run.
-struct CallOps {
-  std::size_t count = 0;
-  std::string_view kinds;                        // one OpKind byte per op; empty: every op is `kind`
-  OpKind kind = OpKind::kGet;
-  std::string_view keys;                         // concatenated
-  const std::uint32_t* key_lengths = nullptr;    // `count` entries
-  std::string_view values;                       // the write ops' values, concatenated in op order
-  const std::uint32_t* value_lengths = nullptr;  // one per write op
-};
-
-// Op i's kind byte (a call without a kinds column has one kind for all); may be out of range: the batcher
-// rejects such an op.
-inline std::uint8_t kind_at(const CallOps& ops, std::size_t i) {
-  return ops.kinds.empty() ? static_cast<std::uint8_t>(ops.kind) : static_cast<std::uint8_t>(ops.kinds[i]);
-}
-inline bool is_get(std::uint8_t kind) { return kind == static_cast<std::uint8_t>(OpKind::kGet); }
-// An op that carries a value (carries_value, gpukv/types.hpp) has one entry of value_lengths.
-
-// The number of GET ops in a call: the caller gives its results room for one value_width value per GET.
-inline std::size_t get_count(const CallOps& ops) {
-  if (ops.kinds.empty()) return is_get(static_cast<std::uint8_t>(ops.kind)) ? ops.count : 0;
-  return static_cast<std::size_t>(std::count(ops.kinds.begin(), ops.kinds.end(), static_cast<char>(OpKind::kGet)));
-}
-
-// Where a call's results go: memory the caller owns and sizes (usually its response message's own fields, so
-// that nothing is copied once the call is answered), valid until done() has run. With kOk, every op's
-// result has been written, each GET that found its key has its length written, and the found values are
-// packed in op order at the start of `values`.
-struct CallResults {
-  char* results = nullptr;                 // one OpStatus byte per op
-  char* values = nullptr;                  // room for get_count(ops) * value_width bytes; null if no GETs
-  std::uint32_t* value_lengths = nullptr;  // one per op, zeroed by the caller; may be null if no GETs
-  std::size_t values_size = 0;             // written before done(kOk): the bytes of `values` used
-};
-
-enum class CallCode {
-  kOk,
-  kDeadlineExceeded,   // the deadline passed before the call's first batch closed; nothing of it was applied
-  kUnavailable,        // the batcher is draining or stopped, or the write-ahead log failed the call's writes
-  kResourceExhausted,  // the queue is full
-  kInternal,           // the table failed while running the call's batch: some of its ops may have been
-                       // applied, so it must not be retried as if nothing had happened
-};
-
-struct Call {
-  CallOps ops;
-  CallResults* results = nullptr;
-  Clock::time_point deadline = Clock::time_point::max();
-  // Runs exactly once: with kOk after every result is written, or with an error (nothing applied, unless the
-  // table or the write-ahead log failed). It may run on the caller's thread inside submit() (a refusal), on the execution thread,
-  // or on a completion thread.
-  std::function<void(CallCode, std::string_view message)> done;
-};
+struct CallState;
+struct Segment;
+class StagedBatch;
 
 // The most one staged batch holds, in bytes of its columns. A batch of batch_size operations at wide values
 // would hold far more: 65536 operations of 64 KiB values stage 8.6 GB, and the three or four staged batches 26 GB
@@ -116,17 +69,6 @@ struct BatcherConfig {
   std::size_t answer_rows = 2048;  // fewer rows per run would cost more in hand-offs than they save
   // Launch a batch at once, however small, whenever the table has none running or staged (decide_batch).
   bool launch_when_idle = false;
-};
-
-// What the execution thread reports after each batch (for metrics).
-struct BatchReport {
-  std::size_t ops = 0;
-  Clock::duration queue_delay{};  // how long the batch's oldest operation waited before the batch started
-  Clock::duration stage_time{};   // copying the calls' columns into the batch, summed over the threads that did
-  Clock::duration execute_time{};
-  Clock::duration answer_time{};  // from executed to the last of its calls answered (results written, done() run)
-  std::array<std::array<std::uint64_t, 5>, kOpKindCount> results{};  // [kind][OpStatus] counts
-  TableStats table{};  // the table's figures right after the batch ran
 };
 
 // A write-ahead log of executed batches. encode() turns a batch's successful writes into its record, given
@@ -150,9 +92,10 @@ class Batcher {
   // own (encode() on the execution thread), for each batch in the order they ran, after the batch has run
   // and before any of its calls is answered: the next batch runs while one is logged, and a read is
   // answered only once every write it may have seen is logged. The log thread takes every batch waiting for
-  // it at once, appends each and syncs them together. When the log fails, every call with a write in a batch it failed fails (UNAVAILABLE,
-  // naming the log's error): its writes are in the table but not durable, so none is acknowledged; calls
-  // of GETs only are answered as usual.
+  // it at once, appends each and syncs them together. When the log fails, every call with a write in a batch
+  // it failed fails (UNAVAILABLE, naming the log's error): its writes are in the table but not durable, so
+  // none is acknowledged; calls of GETs only are answered as usual. When the table fails a batch, each of its
+  // calls fails INTERNAL.
   Batcher(Table& table, BatcherConfig config, std::function<void(const BatchReport&)> on_batch = {},
           std::function<void(const TableStats&, std::size_t ops)> on_executed = {}, BatchLog log = {});
   ~Batcher();  // drains
@@ -162,14 +105,14 @@ class Batcher {
   // Takes a call: into the filling batch at once (copying its columns on this thread) when nothing is
   // queued ahead of it, else into the queue. Refuses it (done runs at once, outside the lock) when the queue
   // is full or the batcher is draining. Never waits for a batch to run.
-  void submit(Call call);
+  void submit(Call call) ABSL_LOCKS_EXCLUDED(mutex_);
 
   // Stops accepting calls, runs everything queued, and returns once the last call is done.
-  void drain();
+  void drain() ABSL_LOCKS_EXCLUDED(mutex_, completion_mutex_, log_mutex_);
 
   // Operations waiting for their batch to close (queued, or in the filling batch). The queue bound applies
   // to these.
-  std::size_t queued_ops() const;
+  std::size_t queued_ops() const ABSL_LOCKS_EXCLUDED(mutex_);
   // The queue bound: a call with more ops is always refused.
   std::size_t max_queued_ops() const { return config_.max_queued_ops; }
   // Operations per batch: config.batch_size, or fewer where that many would stage more than
@@ -177,44 +120,46 @@ class Batcher {
   std::size_t batch_size() const { return config_.batch_size; }
 
  private:
-  struct CallState;
-  struct Segment;
-  struct StagedBatch;
   struct StageWork;
 
-  void stage_loop();
-  void execute_loop();
-  void complete_loop();
+  // The threads.
+  void stage_loop() ABSL_LOCKS_EXCLUDED(mutex_);
+  void execute_loop() ABSL_LOCKS_EXCLUDED(mutex_);
+  void complete_loop() ABSL_LOCKS_EXCLUDED(completion_mutex_);
   // With a log: logs the executed batches, in order, then answers them (hand_out_answers).
-  void log_loop();
-  void fail_writers(StagedBatch& batch, const std::string& error);
-  // The helpers below that take the lock run with mutex_ held (they may release it for a while).
-  // Moves calls from the head of the queue into the filling batch, reserving their rows; refuses calls whose
-  // deadline has passed; closes the batch if it is now full. Returns what the caller does outside the lock.
-  StageWork reserve_queued(Clock::time_point now);
-  // Refuses the expired calls and copies the reserved rows outside the lock, then accounts for the copy
-  // (and publishes the batch if it was closed and this was its last copy).
-  void run_stage_work(std::unique_lock<std::mutex>& lock, StageWork& work);
-  // Ends the filling batch: no more rows, queued for the execution thread. Opens the next free batch.
-  // Returns the closed batch if no copy into it is in flight (the caller publishes it), else nullptr.
-  StagedBatch* close_filling();
-  void open_filling();
-  // Starts a closed, fully copied batch on its way to the GPU and marks it ready for the execution thread.
-  void publish(std::unique_lock<std::mutex>& lock, StagedBatch& batch);
+  void log_loop() ABSL_LOCKS_EXCLUDED(log_mutex_);
+
+  // Filling. Moves calls from the head of the queue into the filling batch, reserving their rows; refuses
+  // calls whose deadline has passed; closes the batch if it is now full. Returns what the caller does
+  // outside the lock.
+  StageWork reserve_queued(Clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Refuses the expired calls and copies the reserved rows (giving the lock up meanwhile if they are many),
+  // then accounts for the copy (and publishes the batch if it was closed and this was its last copy).
+  void run_stage_work(StageWork& work) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Free -> Filling: takes a free batch as the filling one, if there is none and a batch is free.
+  void open_filling() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Filling -> Closed: no more rows, queued for the execution thread; opens the next free batch. Returns the
+  // closed batch if no copy into it is in flight (the caller publishes it), else nullptr.
+  StagedBatch* close_filling() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // Closed -> Ready, once every row is copied: starts it on its way to the GPU if it runs next (giving the
+  // lock up meanwhile).
+  void publish(StagedBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void prefetch(StagedBatch& batch);
-  bool table_idle() const;  // no batch closed or running
-  std::size_t pending_ops() const;  // see queued_ops()
-  // The execution thread runs a batch on the table, then hands its answering out: to the completion
-  // threads, in runs of segments, or, without them, to itself.
-  void execute(StagedBatch& batch);
-  void hand_out_answers(StagedBatch& batch);
+  bool table_idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);  // no batch closed, ready or running
+  std::size_t pending_ops() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);  // see queued_ops()
+
+  // Running: the execution thread runs a batch on the table.
+  void execute(StagedBatch& batch) ABSL_LOCKS_EXCLUDED(mutex_);
+  void fail_writers(StagedBatch& batch, const std::string& error);
+  // -> Answering: hands a batch's answering out, to the completion threads in runs of segments or, without
+  // them, to the calling thread.
+  void hand_out_answers(StagedBatch& batch) ABSL_LOCKS_EXCLUDED(mutex_, completion_mutex_);
   // Writes the results of segments [first, last) into their calls, completes each call whose last
-  // segment this was, and frees the batch after its last run of segments. Runs without the lock.
-  void answer(StagedBatch& batch, std::size_t first_segment, std::size_t last_segment);
-  using ResultCounts = std::array<std::array<std::uint64_t, 5>, kOpKindCount>;  // [kind][OpStatus]
-  void write_results(const StagedBatch& batch, const Segment& segment, ResultCounts& counts);
+  // segment this was, and frees the batch after its last run of segments.
+  void answer(StagedBatch& batch, std::size_t first_segment, std::size_t last_segment) ABSL_LOCKS_EXCLUDED(mutex_);
   void complete(CallState* call);  // answers the call and deletes its state
-  void release(StagedBatch& batch);
+  // Answering -> Free.
+  void release(StagedBatch& batch) ABSL_LOCKS_EXCLUDED(mutex_);
 
   Table& table_;
   const BatcherConfig config_;
@@ -225,24 +170,24 @@ class Batcher {
   const std::uint32_t key_width_;
   const std::uint32_t value_width_;
   const std::uint32_t value_stride_;
+  std::vector<std::unique_ptr<StagedBatch>> batches_;  // every batch, for the batcher's lifetime
 
-  mutable std::mutex mutex_;
+  // The queue and the batches before they run. A batch is in free_ (Free), is filling_ (Filling), is in
+  // closed_ (Closed or Ready), or belongs to the thread running, logging or answering it.
+  mutable Mutex mutex_;
   std::condition_variable queue_changed_;  // stage thread waits: a batch to time or to fill, draining
   std::condition_variable batch_ready_;    // execution thread waits: the oldest closed batch ready, or stopping
   std::condition_variable idle_;           // drain() waits: everything done
-  std::vector<std::unique_ptr<StagedBatch>> batches_;  // every batch, for the batcher's lifetime
-  // All guarded by mutex_. Each batch is in exactly one of free_, filling_, closed_, or with the execution
-  // thread, or being answered.
-  std::deque<std::unique_ptr<CallState>> queue_;
-  std::size_t queued_ops_ = 0;  // ops in queue_ not yet in a batch
-  bool draining_ = false;
-  bool stopping_ = false;
-  bool executing_ = false;
-  std::size_t refusing_ = 0;  // calls refused for their deadline whose done() has not yet returned
-  std::vector<StagedBatch*> free_;
-  StagedBatch* filling_ = nullptr;       // taking rows; null while every batch is busy
-  std::deque<StagedBatch*> closed_;      // in closing order, which is the order they run in
-  std::deque<BatchReport> reports_;      // of answered batches, for the execution thread to hand to on_batch
+  std::deque<std::unique_ptr<CallState>> queue_ ABSL_GUARDED_BY(mutex_);
+  std::size_t queued_ops_ ABSL_GUARDED_BY(mutex_) = 0;  // ops in queue_ not yet in a batch
+  bool draining_ ABSL_GUARDED_BY(mutex_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  bool executing_ ABSL_GUARDED_BY(mutex_) = false;  // a batch is Running
+  std::size_t refusing_ ABSL_GUARDED_BY(mutex_) = 0;  // calls refused for their deadline whose done() has not returned
+  std::vector<StagedBatch*> free_ ABSL_GUARDED_BY(mutex_);
+  StagedBatch* filling_ ABSL_GUARDED_BY(mutex_) = nullptr;  // taking rows; null while every batch is busy
+  std::deque<StagedBatch*> closed_ ABSL_GUARDED_BY(mutex_);  // in closing order, which is the order they run in
+  std::deque<BatchReport> reports_ ABSL_GUARDED_BY(mutex_);  // of answered batches, for on_batch
 
   std::thread stager_;
   std::thread executor_;
@@ -252,17 +197,17 @@ class Batcher {
     StagedBatch* batch;
     std::size_t first_segment, last_segment;
   };
-  std::mutex completion_mutex_;
+  Mutex completion_mutex_;
   std::condition_variable completion_ready_;  // completion threads wait: jobs, or stopping
-  std::deque<AnswerJob> answer_jobs_;         // guarded by completion_mutex_
-  bool completion_stop_ = false;              // guarded by completion_mutex_
+  std::deque<AnswerJob> answer_jobs_ ABSL_GUARDED_BY(completion_mutex_);
+  bool completion_stop_ ABSL_GUARDED_BY(completion_mutex_) = false;
   std::vector<std::thread> completers_;
 
   // Executed batches waiting for the log thread, in the order they ran (with a log only).
-  std::mutex log_mutex_;
-  std::condition_variable log_ready_;     // the log thread waits: a batch, or stopping
-  std::deque<StagedBatch*> log_queue_;    // guarded by log_mutex_
-  bool log_stop_ = false;                 // guarded by log_mutex_
+  Mutex log_mutex_;
+  std::condition_variable log_ready_;  // the log thread waits: a batch, or stopping
+  std::deque<StagedBatch*> log_queue_ ABSL_GUARDED_BY(log_mutex_);
+  bool log_stop_ ABSL_GUARDED_BY(log_mutex_) = false;
   std::thread logger_;
 };
 

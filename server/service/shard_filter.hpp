@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "batcher/batcher.hpp"
+#include "batcher/call.hpp"
 #include "gpukv/v1/shard_map.hpp"
 
 namespace gpukv::server {
