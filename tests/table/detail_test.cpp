@@ -160,7 +160,8 @@ TEST(KeyHash, ProbeSequencesOverAPrimeVisitEveryUnit) {
 // ---- grouping a pass's ops by key -------------------------------------------------------------------------
 
 // Every op of a key lands in one entry; an entry is shared exactly when two or more ops of the pass carry its
-// tag (two keys whose hashes have the same tag bits share one, which only serialises them).
+// tag (two keys whose hashes have the same tag bits share one, which only serialises them); every op but the
+// first of a tag reports that it joined an entry.
 TEST(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
   std::mt19937_64 rng(5);
   const std::size_t ops = 20000;
@@ -175,7 +176,12 @@ TEST(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
   while (size < 2 * ops) size <<= 1;
   std::vector<std::uint32_t> groups(size, 0);
   std::vector<std::uint32_t> entry(ops);
-  for (std::size_t i = 0; i < ops; ++i) entry[i] = group_insert(groups.data(), size - 1, hashes[i]);
+  std::size_t joined = 0;
+  for (std::size_t i = 0; i < ops; ++i) {
+    bool j = false;
+    entry[i] = group_insert(groups.data(), size - 1, hashes[i], j);
+    joined += j;
+  }
 
   std::map<std::uint32_t, int> tag_count;
   for (const std::uint64_t h : hashes) ++tag_count[group_tag(h)];
@@ -186,6 +192,11 @@ TEST(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
     ASSERT_EQ(groups[entry[i]] & ~kGroupShared, group_tag(hashes[i]));
     ASSERT_EQ(group_shared(groups.data(), entry[i]), tag_count[group_tag(hashes[i])] > 1) << "op " << i;
   }
+  // Every op after the first of its tag joined an entry: the count that lets ExecuteOp skip the entries of
+  // a pass where it is zero.
+  std::size_t later_ops = 0;
+  for (const auto& [tag, count] : tag_count) later_ops += static_cast<std::size_t>(count - 1);
+  EXPECT_EQ(joined, later_ops);
   EXPECT_EQ(group_tag(0) & kGroupShared, 0u);
   EXPECT_NE(group_tag(0), 0u) << "a tag is never the empty entry";
 }

@@ -11,7 +11,8 @@
 // grouping pass an op whose entry is not shared has a key no other op of the pass carries, and runs at once.
 // The others are deferred: sorted by (entry, op index) and run one entry at a time, in index order, by one
 // thread (see ExecuteSegment). Two different keys may share an entry (same tag on one probe chain); that
-// only serialises them, it never reorders or merges their effects.
+// only serialises them, it never reorders or merges their effects. GroupOp counts the ops that joined an
+// entry (Counters::joined): in a pass where none did, no entry is shared, and ExecuteOp skips reading them.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,9 @@ GPUKV_HD_INLINE std::uint32_t group_tag(std::uint64_t h) {
   return (static_cast<std::uint32_t>(h >> 32) | 0x80000000u) & ~kGroupShared;
 }
 
-// Adds one op with key hash h; returns its entry index.
-GPUKV_HD_INLINE std::uint32_t group_insert(std::uint32_t* groups, std::uint64_t mask, std::uint64_t h) {
+// Adds one op with key hash h; returns its entry index, and sets `joined` if an earlier op holds the entry.
+GPUKV_HD_INLINE std::uint32_t group_insert(std::uint32_t* groups, std::uint64_t mask, std::uint64_t h, bool& joined) {
+  joined = false;
   const std::uint32_t tag = group_tag(h);
   for (std::uint64_t pos = h & mask;; pos = (pos + 1) & mask) {
     atomic_ref<std::uint32_t> entry(groups[pos]);
@@ -38,6 +40,7 @@ GPUKV_HD_INLINE std::uint32_t group_insert(std::uint32_t* groups, std::uint64_t 
     std::uint32_t seen = 0;
     if (entry.compare_exchange_strong(seen, tag, memory_order_relaxed)) return static_cast<std::uint32_t>(pos);
     if ((seen & ~kGroupShared) == tag) {
+      joined = true;
       if ((seen & kGroupShared) == 0) entry.fetch_or(kGroupShared, memory_order_relaxed);
       return static_cast<std::uint32_t>(pos);
     }

@@ -51,7 +51,7 @@ template <class Ref>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
-  GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     if (read_only(e.pass)) return;
     if (!e.batch.valid(op)) {
       e.batch.set_status(op, OpStatus::kInvalid);
@@ -59,7 +59,9 @@ struct GroupOp {
       return;
     }
     const KeyWords key = batch_key(e.table, e.batch, op);
-    e.pass.group_of[op] = group_insert(e.pass.groups, e.pass.group_mask, hash_key(key, e.table.key_words));
+    bool joined = false;
+    e.pass.group_of[op] = group_insert(e.pass.groups, e.pass.group_mask, hash_key(key, e.table.key_words), joined);
+    tally.joined += joined;
   }
 };
 
@@ -182,7 +184,10 @@ struct ExecuteOp {
   GPUKV_HD_INLINE bool begin_walk(std::uint64_t op, std::uint32_t entry, const KeyWords& key, const ProbePlan& plan,
                                   Probe& p) const {
     const std::uint64_t tickets = e.first_tickets(plan);
-    if (entry != kUngrouped && group_shared(e.pass.groups, entry)) {
+    // A pass in which no op joined another's entry has no shared entry: most passes with writes, each of
+    // whose ops then saves a random read of the grouping table, which does not stay in L2 beside the walks'
+    // traffic (bench/RESULTS.md, "Nsight Compute").
+    if (entry != kUngrouped && e.pass.counters->joined != 0 && group_shared(e.pass.groups, entry)) {
       e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
       return false;
     }

@@ -118,6 +118,7 @@ class PassRunner {
     if (n == 0) return;
     const std::uint64_t entries = group_entries(n);
     known_.conflicts = 0;
+    known_.joined = 0;
     known_.pending = 0;
     known_.writes = 0;
     known_.host_queued = 0;
