@@ -324,7 +324,8 @@ struct CopyValues {
     if (!pending_has(p, kPendingGather | kPendingScatter | kPendingOverwrite)) return;
     // A GET's value goes from the slot to the answer. A PUT's goes into a new key's slot, whose header
     // store_key wrote with the value's length, or over an old value, whose length changes here (a second
-    // store to a new slot's header cost wide inserts 4%: run 80). One copy loop for all three.
+    // store to a new slot's header cost wide inserts 4%: bench/RESULTS.md, "inserts publish their own
+    // slots"). One copy loop for all three.
     const std::uint64_t slot = pending_slot(p);
     const bool gather = pending_has(p, kPendingGather);
     const std::uint32_t len = gather ? *table.value_len(slot) : batch.value_lens[op];
