@@ -30,7 +30,6 @@
 //    slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while
 //    a reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
 //    only the key's own thread reads. Everything else is ordered by kernel boundaries.
-
 #pragma once
 
 #include <cstdint>
