@@ -6,6 +6,7 @@
 # then the same load against one and two transport_ceiling_servers (the API with no table: what gRPC carries
 # on this host). Each line has keys/s and p99, each server's cores and batch execution time, each GPU's
 # utilization, the load processes' cores and the host's busy cores.
+# ROUNDS (default 2) sets the rounds; QUICK=1 keeps the two GET shapes only, for a short lease.
 # Logs to $OUT/two_gpu.log.
 set -uo pipefail
 log_name=two_gpu
@@ -23,7 +24,9 @@ shapes=(
   "--mode=batch --batch=10000 --callers=32 --processes=8 --get=0.5 --put=0.45"
 )
 
-for round in 1 2; do
+[[ ${QUICK:-0} == 1 ]] && shapes=("${shapes[@]:0:2}")
+
+for round in $(seq 1 "${ROUNDS:-2}"); do
   echo "# round $round: one server, GPU 0, plain client" | tee -a "$log"
   if start_shard 50201 0 $table; then
     load --target=127.0.0.1:50201 $keys --mode=batch --batch=10000 --callers=32 --processes=8 --get=0 --put=1
