@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "gpukv/batch.hpp"
 #include "gpukv/table.hpp"
 #include "persistence/durability.hpp"
 
@@ -33,38 +34,26 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64: item i's key words
   return x ^ (x >> 31);
 }
 
-// A batch of `rows` ops on items [first, first + rows): PUTs with full-width values, or GETs.
-struct Batch {
-  Batch(gpukv::Table& table, std::size_t rows) : rows(rows), stride(table.value_stride()) {
-    memory = table.allocate_host(rows * (16 + 2 * stride + 4 + 4 + 3) + 64);
-    std::uint8_t* p = memory.data();
-    keys = p;
-    values = keys + rows * 16;
-    out_values = values + rows * stride;
-    value_lens = reinterpret_cast<std::uint32_t*>(out_values + rows * stride);
-    out_lens = value_lens + rows;
-    ops = reinterpret_cast<std::uint8_t*>(out_lens + rows);
-    key_lens = ops + rows;
-    status = key_lens + rows;
-  }
+// A batch of up to `capacity` ops on items [first, first + rows): PUTs with full-width values, or GETs.
+struct ItemOps {
+  ItemOps(gpukv::Table& table, std::size_t capacity) : batch(table, capacity), rows(capacity) {}
   void fill(std::uint64_t first, gpukv::OpKind kind, std::uint32_t value_width) {
+    const std::uint32_t stride = batch.value_stride();
     for (std::size_t i = 0; i < rows; ++i) {
-      auto* k = reinterpret_cast<std::uint64_t*>(keys + i * 16);
+      auto* k = reinterpret_cast<std::uint64_t*>(batch.keys() + i * 16);
       k[0] = mix(first + i);
       k[1] = mix(~(first + i));
-      ops[i] = static_cast<std::uint8_t>(kind);
-      key_lens[i] = 16;
-      value_lens[i] = value_width;
-      std::memset(values + i * stride, static_cast<int>((first + i) & 0xFF), value_width);
+      batch.ops()[i] = static_cast<std::uint8_t>(kind);
+      batch.key_lens()[i] = 16;
+      batch.value_lens()[i] = value_width;
+      std::memset(batch.values() + i * stride, static_cast<int>((first + i) & 0xFF), value_width);
     }
   }
-  gpukv::BatchIn in() const { return {rows, ops, keys, key_lens, values, value_lens}; }
-  gpukv::BatchOut out() const { return {status, out_values, out_lens}; }
+  gpukv::BatchIn in() const { return batch.in(0, rows); }
+  gpukv::BatchOut out() const { return batch.out(0, rows); }
+  std::uint8_t status(std::size_t i) const { return batch.statuses()[i]; }
+  gpukv::Batch batch;
   std::size_t rows;
-  std::uint32_t stride;
-  gpukv::HostMemory memory;
-  std::uint8_t *keys, *values, *out_values, *ops, *key_lens, *status;
-  std::uint32_t *value_lens, *out_lens;
 };
 
 }  // namespace
@@ -94,14 +83,14 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(items), value_width, static_cast<unsigned long long>(config.capacity));
   auto fill_start = Clock::now();
   {
-    Batch b(*table, kRows);
+    ItemOps b(*table, kRows);
     for (std::uint64_t first = 0; first < items; first += kRows) {
       b.rows = static_cast<std::size_t>(std::min<std::uint64_t>(kRows, items - first));
       b.fill(first, OpKind::kPut, value_width);
       table->execute(b.in(), b.out());
       for (std::size_t i = 0; i < b.rows; ++i) {
-        if (b.status[i] != 0) {
-          std::fprintf(stderr, "fill: item %llu status %d\n", static_cast<unsigned long long>(first + i), b.status[i]);
+        if (b.status(i) != 0) {
+          std::fprintf(stderr, "fill: item %llu status %d\n", static_cast<unsigned long long>(first + i), b.status(i));
           return 1;
         }
       }
@@ -114,7 +103,7 @@ int main(int argc, char** argv) {
   std::atomic<std::uint64_t> gets_before{0}, gets_during{0};
   double before_seconds = 0, during_seconds = 0;
   std::thread reader([&] {
-    Batch b(*table, 10000);
+    ItemOps b(*table, 10000);
     std::uint64_t first = 0;
     const auto start = Clock::now();
     while (!snapshotting) {
@@ -178,15 +167,16 @@ int main(int argc, char** argv) {
               load_seconds, recovery.snapshot.bytes / load_seconds / 1e9, recovery.apply_seconds, recovery.table_seconds,
               recovery.read_waited_seconds);
   // Every item back: a sample read and compared.
-  Batch b(*table, 10000);
+  ItemOps b(*table, 10000);
   std::uint64_t wrong = 0;
   for (std::uint64_t first = 0; first < items; first += items / 10) {
     b.rows = static_cast<std::size_t>(std::min<std::uint64_t>(10000, items - first));
     b.fill(first, OpKind::kGet, value_width);
     table->execute(b.in(), b.out());
     for (std::size_t i = 0; i < b.rows; ++i) {
-      wrong += b.status[i] != 0 || b.out_lens[i] != value_width ||
-               std::memcmp(b.out_values + i * b.stride, b.values + i * b.stride, value_width) != 0;
+      const std::uint32_t stride = b.batch.value_stride();
+      wrong += b.status(i) != 0 || b.batch.out_value_lens()[i] != value_width ||
+               std::memcmp(b.batch.out_values() + i * stride, b.batch.values() + i * stride, value_width) != 0;
     }
   }
   std::printf("RESULT check items=%llu sampled_wrong=%llu\n", static_cast<unsigned long long>(table->stats().device.items + table->stats().host.items),

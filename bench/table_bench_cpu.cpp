@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "gpukv/batch.hpp"
 #include "gpukv/table.hpp"
 
 namespace gpukv::bench {
@@ -30,44 +31,36 @@ void print_result(const char* workload, const std::string& config, double load, 
   std::fflush(stdout);
 }
 
-struct HostBatch {
-  std::vector<std::uint8_t> ops, key_lens, status;
-  std::vector<std::uint64_t> keys, values, out_values;
-  std::vector<std::uint32_t> value_lens, out_value_lens;
-  std::uint64_t value_words;  // per op: value_width / 8
-  HostBatch(std::uint64_t n, std::uint32_t value_width)
-      : ops(n), key_lens(n, 8), status(n), keys(n), values(n * (value_width / 8)), out_values(n * (value_width / 8)),
-        value_lens(n, value_width), out_value_lens(n), value_words(value_width / 8) {}
-  BatchIn in(std::uint64_t begin, std::uint64_t n) const {
-    return BatchIn{n, ops.data() + begin, reinterpret_cast<const std::uint8_t*>(keys.data() + begin), key_lens.data() + begin,
-                   reinterpret_cast<const std::uint8_t*>(values.data() + begin * value_words), value_lens.data() + begin};
-  }
-  BatchOut out(std::uint64_t begin) {
-    return BatchOut{status.data() + begin, reinterpret_cast<std::uint8_t*>(out_values.data() + begin * value_words),
-                    out_value_lens.data() + begin};
-  }
-};
+// 8-byte keys: row i's key is one word.
+void set_keys(Batch& b, const std::vector<std::uint64_t>& keys, std::uint64_t n) {
+  std::memcpy(b.keys(), keys.data(), n * 8);
+}
+void set_ops(Batch& b, OpKind kind, std::uint64_t n) { std::memset(b.ops(), static_cast<int>(kind), n); }
 
 // Runs the whole batch through the table in calls of `batch` ops, as a server would hand them over.
-double run_batches(Table& table, HostBatch& b, std::uint64_t n, std::uint64_t batch, OpStatus want, const char* what) {
+double run_batches(Table& table, Batch& b, std::uint64_t n, std::uint64_t batch, OpStatus want, const char* what) {
   const auto t0 = Clock::now();
-  for (std::uint64_t at = 0; at < n; at += batch) table.execute(b.in(at, std::min(batch, n - at)), b.out(at));
+  for (std::uint64_t at = 0; at < n; at += batch) {
+    const std::uint64_t count = std::min(batch, n - at);
+    table.execute(b.in(at, count), b.out(at, count));
+  }
   const double ms = ms_since(t0);
   for (std::uint64_t i = 0; i < n; ++i) {
-    if (b.status[i] != static_cast<std::uint8_t>(want)) {
+    if (b.status(i) != want) {
       std::fprintf(stderr, "%s: op %llu got %s, expected %s\n", what, static_cast<unsigned long long>(i),
-                   to_string(static_cast<OpStatus>(b.status[i])), to_string(want));
+                   to_string(b.status(i)), to_string(want));
       std::exit(1);
     }
   }
   return ms;
 }
 
-void make_mixed(HostBatch& b, const std::vector<std::uint64_t>& hits, const std::vector<std::uint64_t>& misses, std::uint64_t n) {
+void make_mixed(Batch& b, const std::vector<std::uint64_t>& hits, const std::vector<std::uint64_t>& misses, std::uint64_t n) {
+  auto* keys = reinterpret_cast<std::uint64_t*>(b.keys());
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint32_t r = static_cast<std::uint32_t>(scramble(i ^ 0xABCDEF) % 100);
-    b.ops[i] = r < 50 ? 0 : r < 95 ? 1 : 3;
-    b.keys[i] = r >= 90 && r < 95 ? misses[i] : hits[i];
+    b.ops()[i] = r < 50 ? 0 : r < 95 ? 1 : 3;
+    keys[i] = r >= 90 && r < 95 ? misses[i] : hits[i];
   }
 }
 
@@ -85,17 +78,21 @@ void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned thr
     hits[i] = scramble((1ULL << 40) | i);
     misses[i] = scramble((2ULL << 40) | i);
   }
-  HostBatch b(fill, value_width);
-  for (std::uint64_t i = 0; i < b.values.size(); ++i) b.values[i] = i;
+  Batch b(table, fill);
+  for (std::uint64_t i = 0; i < fill; ++i) {
+    std::memcpy(b.values() + i * b.value_stride(), &i, std::min<std::uint32_t>(8, value_width));
+    b.key_lens()[i] = 8;
+    b.value_lens()[i] = value_width;
+  }
   const std::string name = "backend=cpu threads=" + std::to_string(threads) + " batch=" + std::to_string(batch) +
                            " vw=" + std::to_string(value_width);
 
-  std::fill(b.ops.begin(), b.ops.end(), static_cast<std::uint8_t>(OpKind::kPut));
-  b.keys = hits;
+  set_ops(b, OpKind::kPut, fill);
+  set_keys(b, hits, fill);
   print_result("insert", name, load, fill, run_batches(table, b, fill, batch, OpStatus::kOk, "insert"));
-  std::fill(b.ops.begin(), b.ops.end(), static_cast<std::uint8_t>(OpKind::kGet));
+  set_ops(b, OpKind::kGet, fill);
   print_result("find_hit", name, load, fill, run_batches(table, b, fill, batch, OpStatus::kOk, "find hit"));
-  b.keys = misses;
+  set_keys(b, misses, fill);
   print_result("find_miss", name, load, fill, run_batches(table, b, fill, batch, OpStatus::kNotFound, "find miss"));
   const std::uint64_t mixed_n = fill / 2;
   make_mixed(b, hits, misses, mixed_n);

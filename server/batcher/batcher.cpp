@@ -49,15 +49,13 @@ Batcher::Batcher(Table& table, BatcherConfig config, std::function<void(const Ba
       on_executed_(std::move(on_executed)),
       log_(std::move(log)),
       batch_count_(log_ ? kBatchesWithLog : kBatches),
-      key_width_(table.config().key_width),
-      value_width_(table.config().value_width),
-      value_stride_(table.value_stride()) {
+      value_width_(table.config().value_width) {
   if (config_.batch_size == 0 || config_.batch_size > table.config().max_batch) {
     throw std::invalid_argument("batch_size must be 1.." + std::to_string(table.config().max_batch) +
                                 " (the table's max_batch)");
   }
   for (std::size_t i = 0; i < batch_count_; ++i) {
-    batches_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size, key_width_, value_width_, value_stride_));
+    batches_.push_back(std::make_unique<StagedBatch>(table_, config_.batch_size));
     free_.push_back(batches_.back().get());
   }
   open_filling();

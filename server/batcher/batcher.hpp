@@ -167,9 +167,7 @@ class Batcher {
   const std::function<void(const TableStats&, std::size_t)> on_executed_;
   const BatchLog log_;
   const std::size_t batch_count_;  // staged batches: 3, or 4 with a log (one of them being logged)
-  const std::uint32_t key_width_;
   const std::uint32_t value_width_;
-  const std::uint32_t value_stride_;
   std::vector<std::unique_ptr<StagedBatch>> batches_;  // every batch, for the batcher's lifetime
 
   // The queue and the batches before they run. A batch is in free_ (Free), is filling_ (Filling), is in

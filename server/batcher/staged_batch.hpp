@@ -25,6 +25,7 @@
 
 #include "batch_report.hpp"
 #include "call.hpp"
+#include "gpukv/batch.hpp"
 #include "gpukv/table.hpp"
 
 namespace gpukv::server {
@@ -71,16 +72,15 @@ struct Segment {
 enum class BatchState { kFree, kFilling, kClosed, kReady, kRunning, kLogging, kAnswering };
 const char* to_string(BatchState state);
 
-// The table's column layout for up to n rows, plus which call each row answers. The columns are carved from
-// one block of the table's host memory (pinned on the GPU backend), so that the table copies them by DMA and
-// can prefetch a closed batch while the previous one runs.
+// A device batch's columns for up to n rows (a gpukv::Batch: the table's host memory, pinned on the GPU
+// backend, so that the table copies them by DMA and can prefetch a closed batch while the previous one
+// runs), plus which call each row answers.
 class StagedBatch {
  public:
   // Kind byte of a row whose op failed validation: the table answers it kInvalid and changes nothing.
   static constexpr std::uint8_t kRejectedOp = 0xFF;
 
-  StagedBatch(Table& table, std::size_t n, std::uint32_t key_width, std::uint32_t value_width,
-              std::uint32_t value_stride);
+  StagedBatch(Table& table, std::size_t n) : rows_(table, n) {}
 
   BatchState state() const { return state_; }
   // Moves along one edge of the lifecycle above; any other move is a bug in the batcher, and aborts.
@@ -92,12 +92,16 @@ class StagedBatch {
   // A batch without writes leaves out the value columns, and one without GETs the result values: the GPU
   // backend copies only the columns given.
   BatchIn in() const {
-    return BatchIn{size, ops_, keys_, key_lens_, writes != 0 ? values_ : nullptr, writes != 0 ? value_lens_ : nullptr};
+    BatchIn in = rows_.in(0, size);
+    if (writes == 0) in.values = nullptr, in.value_lens = nullptr;
+    return in;
   }
   BatchOut out() const {
-    return BatchOut{status_, gets != 0 ? out_values_ : nullptr, gets != 0 ? out_value_lens_ : nullptr};
+    BatchOut out = rows_.out(0, size);
+    if (gets == 0) out.values = nullptr, out.value_lens = nullptr;
+    return out;
   }
-  const std::uint8_t* status() const { return status_; }
+  const std::uint8_t* status() const { return rows_.statuses(); }
 
   struct CopyCounts {
     std::size_t writes = 0, gets = 0;  // valid ops that write, and GETs
@@ -131,12 +135,8 @@ class StagedBatch {
   std::atomic<std::size_t> jobs_left{0};
 
  private:
-  const std::uint32_t key_width_, value_width_, value_stride_;
   BatchState state_ = BatchState::kFree;
-  HostMemory memory_;
-  std::uint8_t *ops_, *key_lens_, *status_;
-  std::uint32_t *value_lens_, *out_value_lens_;
-  std::uint8_t *keys_, *values_, *out_values_;
+  Batch rows_;
 };
 
 // Packs the GET values of a call answered in several segments, written at fixed slots (the g-th GET's at

@@ -11,6 +11,7 @@
 
 #include "apply_thread.hpp"
 #include "batch_record.hpp"
+#include "gpukv/batch.hpp"
 
 namespace gpukv::server::persistence {
 
@@ -39,16 +40,8 @@ namespace {
 class Replayer {
  public:
   explicit Replayer(Table& table)
-      : table_(table), rows_(table.config().max_batch), key_width_(table.config().key_width), stride_(table.value_stride()) {
-    const auto align = [](std::size_t n) { return (n + 7) / 8 * 8; };
-    memory_ = table.allocate_host(3 * align(rows_) + align(rows_ * 4) + align(rows_ * key_width_) + align(rows_ * stride_));
-    ops_ = memory_.data();
-    key_lens_ = ops_ + align(rows_);
-    status_ = key_lens_ + align(rows_);
-    value_lens_ = reinterpret_cast<std::uint32_t*>(status_ + align(rows_));
-    keys_ = reinterpret_cast<std::uint8_t*>(value_lens_) + align(rows_ * 4);
-    values_ = keys_ + align(rows_ * key_width_);
-  }
+      : table_(table), rows_(table.config().max_batch), key_width_(table.config().key_width), stride_(table.value_stride()),
+        batch_(table, rows_) {}
 
   // Adds a record's writes; runs a batch whenever one fills. Returns an error message, or empty.
   std::string add(DecodedWrites writes) {
@@ -58,15 +51,15 @@ class Replayer {
       }
       DecodedWrites piece = writes;
       piece.count = std::min(writes.count, rows_ - pending_);
-      expand_writes(piece, key_width_, stride_, ops_ + pending_, key_lens_ + pending_, keys_ + pending_ * key_width_,
-                    value_lens_ + pending_, values_ + pending_ * stride_);
+      expand_writes(piece, key_width_, stride_, batch_.ops() + pending_, batch_.key_lens() + pending_,
+                    batch_.keys() + pending_ * key_width_, batch_.value_lens() + pending_, batch_.values() + pending_ * stride_);
       // Past the piece in the record: its kinds, key lengths and keys, and its puts' value lengths and values.
       std::size_t key_bytes = 0, puts = 0, value_bytes = 0;
       for (std::size_t i = 0; i < piece.count; ++i) {
-        key_bytes += key_lens_[pending_ + i];
-        if (ops_[pending_ + i] == static_cast<std::uint8_t>(OpKind::kPut)) {
+        key_bytes += batch_.key_lens()[pending_ + i];
+        if (batch_.ops()[pending_ + i] == static_cast<std::uint8_t>(OpKind::kPut)) {
           ++puts;
-          value_bytes += value_lens_[pending_ + i];
+          value_bytes += batch_.value_lens()[pending_ + i];
         }
       }
       pending_ += piece.count;
@@ -85,12 +78,16 @@ class Replayer {
   std::string flush() {
     if (pending_ == 0) return {};
     const auto start = std::chrono::steady_clock::now();
-    table_.execute(BatchIn{pending_, ops_, keys_, key_lens_, values_, value_lens_}, BatchOut{status_, nullptr, nullptr});
+    BatchOut out = batch_.out(0, pending_);
+    out.values = nullptr;  // writes only: no values come back
+    out.value_lens = nullptr;
+    table_.execute(batch_.in(0, pending_), out);
     table_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     for (std::size_t i = 0; i < pending_; ++i) {
-      const auto s = static_cast<OpStatus>(status_[i]);
-      if (ops_[i] == static_cast<std::uint8_t>(OpKind::kPut) && s != OpStatus::kOk) {
-        return std::string("the table refused a logged write (") + (s == OpStatus::kFull ? "FULL" : "status " + std::to_string(status_[i])) +
+      const OpStatus s = batch_.status(i);
+      if (batch_.ops()[i] == static_cast<std::uint8_t>(OpKind::kPut) && s != OpStatus::kOk) {
+        return std::string("the table refused a logged write (") +
+               (s == OpStatus::kFull ? "FULL" : "status " + std::to_string(static_cast<int>(s))) +
                "): it is smaller than the data this directory holds; start with the --capacity (and --host_capacity) it was "
                "written with";
       }
@@ -105,9 +102,7 @@ class Replayer {
   Table& table_;
   const std::size_t rows_;
   const std::uint32_t key_width_, stride_;
-  HostMemory memory_;
-  std::uint8_t *ops_, *key_lens_, *status_, *keys_, *values_;
-  std::uint32_t* value_lens_;
+  Batch batch_;  // the rows of the next table batch
   std::size_t pending_ = 0;
   double table_seconds_ = 0;
 };

@@ -6,6 +6,7 @@
 
 #include "batch_record.hpp"
 #include "durability.hpp"
+#include "gpukv/batch.hpp"
 
 namespace gpukv::server::persistence {
 namespace {
@@ -15,22 +16,16 @@ namespace {
 // of about the same size in host memory.
 constexpr std::uint64_t kRangeBytes = 16 << 20;
 
-// One range's items in host memory (pinned on the GPU backend, so the copy out runs at full speed).
+// One range's items in host memory (pinned on the GPU backend, so the copy out runs at full speed): the
+// input columns of a gpukv::Batch, laid out as export_items writes them.
 class ItemBuffer {
  public:
-  ItemBuffer(Table& table, std::uint64_t rows) {
-    const auto align = [](std::uint64_t n) { return (n + 7) / 8 * 8; };
-    const TableConfig& c = table.config();
-    memory_ = table.allocate_host(align(rows * c.key_width) + align(rows) + align(rows * table.value_stride()) + align(rows * 4));
-    columns_.keys = memory_.data();
-    columns_.key_lens = columns_.keys + align(rows * c.key_width);
-    columns_.values = columns_.key_lens + align(rows);
-    columns_.value_lens = reinterpret_cast<std::uint32_t*>(columns_.values + align(rows * table.value_stride()));
-  }
+  ItemBuffer(Table& table, std::uint64_t rows)
+      : rows_(table, rows), columns_{rows_.keys(), rows_.key_lens(), rows_.values(), rows_.value_lens()} {}
   const ItemColumns& columns() const { return columns_; }
 
  private:
-  HostMemory memory_;
+  Batch rows_;
   ItemColumns columns_;
 };
 

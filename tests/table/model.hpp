@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gpukv/batch.hpp"
 #include "gpukv/table.hpp"
 
 namespace gpukv {
@@ -28,67 +29,44 @@ struct Op {
   std::string value;  // PUT / PUT_IF_ABSENT
 };
 
-// Columns of a batch, laid out as gpukv::BatchIn wants them (8-byte aligned, fixed strides).
+// A batch of test ops in a gpukv::Batch, filled through its raw columns: with garbage past every key and value
+// (the table must ignore it), keys longer than the width cut (their lengths kept, so the table refuses them),
+// and every result poisoned (each must be written).
 class Columns {
  public:
-  Columns(const TableConfig& c, const std::vector<Op>& ops)
-      : n_(ops.size()), key_width_(c.key_width), stride_(value_stride(c.value_width)) {
-    // At least one element each, so that an empty batch still has non-null columns.
-    ops_.resize(std::max<std::size_t>(n_, 1));
-    key_lens_.resize(std::max<std::size_t>(n_, 1));
-    value_lens_.resize(std::max<std::size_t>(n_, 1));
-    keys_.assign((n_ * key_width_ + 7) / 8 + 1, 0);
-    values_.assign((n_ * stride_ + 7) / 8 + 1, 0);
-    out_values_.assign((n_ * stride_ + 7) / 8 + 1, 0);
-    status_.assign(std::max<std::size_t>(n_, 1), 0xEE);  // poison: every status must be written
-    out_value_lens_.assign(std::max<std::size_t>(n_, 1), 0xDEADBEEF);
+  Columns(Table& table, const std::vector<Op>& ops) : n_(ops.size()), batch_(table, ops.size()) {
+    const std::uint32_t key_width = batch_.key_width(), stride = batch_.value_stride();
+    for (std::size_t i = 0; i < std::max<std::size_t>(n_, 1); ++i) {
+      batch_.statuses()[i] = 0xEE;
+      batch_.out_value_lens()[i] = 0xDEADBEEF;
+    }
     for (std::size_t i = 0; i < n_; ++i) {
       const Op& op = ops[i];
-      ops_[i] = static_cast<std::uint8_t>(op.kind);
-      key_lens_[i] = static_cast<std::uint8_t>(op.key.size());
-      // Garbage past the key's length must be ignored by the table.
-      std::memset(key_bytes() + i * key_width_, 0xA5, key_width_);
-      std::memcpy(key_bytes() + i * key_width_, op.key.data(), std::min<std::size_t>(op.key.size(), key_width_));
-      value_lens_[i] = static_cast<std::uint32_t>(op.value.size());
-      std::memset(value_bytes() + i * stride_, 0x5A, stride_);
-      std::memcpy(value_bytes() + i * stride_, op.value.data(), std::min<std::size_t>(op.value.size(), stride_));
+      batch_.ops()[i] = static_cast<std::uint8_t>(op.kind);
+      batch_.key_lens()[i] = static_cast<std::uint8_t>(op.key.size());
+      std::uint8_t* key = batch_.keys() + i * key_width;
+      std::memset(key, 0xA5, key_width);
+      std::memcpy(key, op.key.data(), std::min<std::size_t>(op.key.size(), key_width));
+      batch_.value_lens()[i] = static_cast<std::uint32_t>(op.value.size());
+      std::uint8_t* value = batch_.values() + i * stride;
+      std::memset(value, 0x5A, stride);
+      std::memcpy(value, op.value.data(), std::min<std::size_t>(op.value.size(), stride));
     }
   }
 
-  BatchIn in() const {
-    return BatchIn{n_, ops_.data(), key_bytes(), key_lens_.data(), value_bytes(), value_lens_.data()};
-  }
-  BatchOut out() {
-    return BatchOut{status_.data(), reinterpret_cast<std::uint8_t*>(out_values_.data()), out_value_lens_.data()};
-  }
-  std::uint8_t* raw_ops() { return ops_.data(); }
-  std::uint8_t* raw_key_lens() { return key_lens_.data(); }
-  std::uint32_t* raw_value_lens() { return value_lens_.data(); }
+  BatchIn in() const { return batch_.in(0, n_); }
+  BatchOut out() { return batch_.out(0, n_); }
+  std::uint8_t* raw_ops() { return batch_.ops(); }
+  std::uint8_t* raw_key_lens() { return batch_.key_lens(); }
+  std::uint32_t* raw_value_lens() { return batch_.value_lens(); }
 
-  OpStatus status(std::size_t i) const { return static_cast<OpStatus>(status_[i]); }
-  std::string value(std::size_t i) const {
-    const auto* p = reinterpret_cast<const char*>(out_values_.data()) + i * stride_;
-    return std::string(p, out_value_lens_[i]);
-  }
-  std::uint8_t raw_status(std::size_t i) const { return status_[i]; }
+  OpStatus status(std::size_t i) const { return batch_.status(i); }
+  std::string value(std::size_t i) const { return std::string(batch_.value(i)); }
+  std::uint8_t raw_status(std::size_t i) const { return batch_.statuses()[i]; }
 
  private:
-  std::uint8_t* key_bytes() const { return reinterpret_cast<std::uint8_t*>(const_cast<std::uint64_t*>(keys_.data())); }
-  std::uint8_t* value_bytes() const {
-    return reinterpret_cast<std::uint8_t*>(const_cast<std::uint64_t*>(values_.data()));
-  }
-
   std::size_t n_;
-  std::uint32_t key_width_;
-  std::uint32_t stride_;
-  std::vector<std::uint8_t> ops_;
-  std::vector<std::uint8_t> key_lens_;
-  std::vector<std::uint32_t> value_lens_;
-  std::vector<std::uint64_t> keys_;
-  std::vector<std::uint64_t> values_;
-  std::vector<std::uint64_t> out_values_;
-  std::vector<std::uint8_t> status_;
-  std::vector<std::uint32_t> out_value_lens_;
+  Batch batch_;
 };
 
 // Every live item of the table, read out with export_items in ranges of `range` slots; a key met twice fails.
@@ -127,7 +105,7 @@ class Model {
   // only for a write of a new key in a batch whose new keys could have filled the table (which of them get
   // room is a race between concurrent ops); the op must then have changed nothing, as the model does.
   void run(Table& table, const std::vector<Op>& ops) {
-    Columns cols(table.config(), ops);
+    Columns cols(table, ops);
     table.execute(cols.in(), cols.out());
     check(cols, ops);
     if (testing::Test::HasFatalFailure()) return;
@@ -189,7 +167,7 @@ class Model {
     std::vector<Op> gets;
     gets.reserve(map_.size());
     for (const auto& [k, v] : map_) gets.push_back(Op{OpKind::kGet, k, {}});
-    Columns cols(table.config(), gets);
+    Columns cols(table, gets);
     table.execute(cols.in(), cols.out());
     std::size_t i = 0;
     for (const auto& [k, v] : map_) {

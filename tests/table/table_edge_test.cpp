@@ -39,7 +39,7 @@ Op del(std::string k) { return Op{OpKind::kDelete, std::move(k), {}}; }
 
 TEST_P(TableEdgeTest, EmptyBatchChangesNothing) {
   Table table(config());
-  Columns cols(table.config(), {});
+  Columns cols(table, {});
   table.execute(cols.in(), cols.out());
   EXPECT_EQ(table.stats().device.items, 0u);
   EXPECT_EQ(table.stats().batches, 0u);
@@ -110,7 +110,7 @@ TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
   model.check_contents(table);
 
   // Full: new keys are refused, one at a time too; existing keys can still be overwritten and read.
-  Columns refused(table.config(), {put("new-key", "v"), put_if_absent("new-key2", "v")});
+  Columns refused(table, {put("new-key", "v"), put_if_absent("new-key2", "v")});
   table.execute(refused.in(), refused.out());
   EXPECT_EQ(refused.status(0), OpStatus::kFull);
   EXPECT_EQ(refused.status(1), OpStatus::kFull);
@@ -119,7 +119,7 @@ TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
   // Deleting one makes room for exactly one.
   model.run(table, {del(keys[2])});
   model.run(table, {put("one-more", "v")});
-  Columns again(table.config(), {put("two-more", "v")});
+  Columns again(table, {put("two-more", "v")});
   table.execute(again.in(), again.out());
   EXPECT_EQ(again.status(0), OpStatus::kFull);
   model.check_contents(table);
@@ -131,7 +131,7 @@ TEST_P(TableEdgeTest, MalformedOpsAreRejectedAndChangeNothing) {
   model.run(table, {put("keep", "value")});
   std::vector<Op> ops = {put("a", "1"), put("bad-kind", "x"), put("long-key", "x"), put("long-val", "x"),
                          get("keep"), del("keep")};
-  Columns cols(table.config(), ops);
+  Columns cols(table, ops);
   cols.raw_ops()[1] = 9;          // unknown op kind
   cols.raw_key_lens()[2] = 9;     // key longer than key_width
   cols.raw_value_lens()[3] = 17;  // value longer than value_width
@@ -144,7 +144,7 @@ TEST_P(TableEdgeTest, MalformedOpsAreRejectedAndChangeNothing) {
   EXPECT_EQ(cols.status(4), OpStatus::kOk);
   EXPECT_EQ(cols.value(4), "value");
   EXPECT_EQ(cols.status(5), OpStatus::kInvalid);
-  Columns reads(table.config(), {get("keep"), get("a"), get("bad-kind"), get("long-key"), get("long-val")});
+  Columns reads(table, {get("keep"), get("a"), get("bad-kind"), get("long-key"), get("long-val")});
   table.execute(reads.in(), reads.out());
   EXPECT_EQ(reads.status(0), OpStatus::kOk);
   EXPECT_EQ(reads.value(0), "value");
@@ -170,7 +170,7 @@ TEST_P(TableEdgeTest, ReadOnlyBatchesAnswerLikeGroupedOnes) {
 
   // The only write is malformed: the pass is read-only, the write is refused, the GETs are answered.
   std::vector<Op> ops = {get("k1"), put("k1", "new"), get("k1"), get("k2"), get("absent")};
-  Columns cols(table.config(), ops);
+  Columns cols(table, ops);
   cols.raw_value_lens()[1] = 17;  // longer than value_width
   table.execute(cols.in(), cols.out());
   EXPECT_EQ(cols.status(1), OpStatus::kInvalid);
@@ -188,9 +188,9 @@ TEST_P(TableEdgeTest, ReadOnlyBatchesAnswerLikeGroupedOnes) {
 
 TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
   Table table(config());
-  Columns writes(table.config(), {put("k", "v")});
+  Columns writes(table, {put("k", "v")});
   table.execute(writes.in(), writes.out());
-  Columns reads(table.config(), {get("k"), get("missing")});
+  Columns reads(table, {get("k"), get("missing")});
   BatchOut out = reads.out();
   out.values = nullptr;
   out.value_lens = nullptr;
@@ -332,7 +332,7 @@ TEST_P(TableEdgeTest, ConcurrentCallersAreSerialised) {
       for (int round = 0; round < 20; ++round) {
         std::vector<Op> ops;
         for (int i = 0; i < 100; ++i) ops.push_back(put("t" + std::to_string(t) + "-" + std::to_string(i), std::to_string(round)));
-        Columns cols(table.config(), ops);
+        Columns cols(table, ops);
         table.execute(cols.in(), cols.out());
         for (int i = 0; i < 100; ++i) ASSERT_EQ(cols.status(i), OpStatus::kOk);
       }
@@ -340,7 +340,7 @@ TEST_P(TableEdgeTest, ConcurrentCallersAreSerialised) {
   }
   for (auto& c : callers) c.join();
   EXPECT_EQ(table.stats().device.items, 400u);
-  Columns reads(table.config(), {get("t0-0"), get("t3-99")});
+  Columns reads(table, {get("t0-0"), get("t3-99")});
   table.execute(reads.in(), reads.out());
   EXPECT_EQ(reads.value(0), "19");
   EXPECT_EQ(reads.value(1), "19");
@@ -388,17 +388,17 @@ TEST_P(TableEdgeTest, LineLayoutPacksAUnitIntoOneLine) {
   EXPECT_EQ(table.slot_count(), s.device.capacity / 5 * 8);  // positions keep the board's numbering
   std::vector<Op> fill;
   for (std::uint64_t i = 0; i < s.device.capacity; ++i) fill.push_back(put("k" + std::to_string(i), std::to_string(i)));
-  Columns all(c, fill);
+  Columns all(table, fill);
   table.execute(all.in(), all.out());
   for (std::uint64_t i = 0; i < s.device.capacity; ++i) ASSERT_EQ(all.status(i), OpStatus::kOk) << i;
-  Columns one_more(c, {put("one more", "x")});
+  Columns one_more(table, {put("one more", "x")});
   table.execute(one_more.in(), one_more.out());
   EXPECT_EQ(one_more.status(0), OpStatus::kFull);
   EXPECT_EQ(table.stats().device.items, s.device.capacity);
   // Packed slots sit side by side in a line: no write spilled into a neighbour.
   std::vector<Op> reads;
   for (std::uint64_t i = 0; i < s.device.capacity; ++i) reads.push_back(get("k" + std::to_string(i)));
-  Columns got(c, reads);
+  Columns got(table, reads);
   table.execute(got.in(), got.out());
   for (std::uint64_t i = 0; i < s.device.capacity; ++i) {
     ASSERT_EQ(got.status(i), OpStatus::kOk) << i;

@@ -14,62 +14,40 @@
 namespace gpukv::test {
 namespace {
 
-// One batch's columns in one block of the table's host memory, with room for its results. Refilled in
-// place, as the batcher reuses its staging batches (so that the backend sees the same pointers again).
+// One batch's columns (a gpukv::Batch, in the table's host memory), refilled in place as the batcher reuses
+// its staging batches, so that the backend sees the same pointers again.
 class HostBatch {
  public:
-  HostBatch(Table& table, std::size_t capacity)
-      : capacity_(capacity), key_width_(table.config().key_width), stride_(table.value_stride()),
-        memory_(table.allocate_host(capacity * (3 + 2 * sizeof(std::uint32_t)) + capacity * (key_width_ + 2 * stride_) + 64)) {
-    std::uint8_t* p = memory_.data();
-    const auto take = [&](std::size_t bytes) {
-      std::uint8_t* at = p;
-      p += (bytes + 7) / 8 * 8;
-      return at;
-    };
-    ops_ = take(capacity);
-    key_lens_ = take(capacity);
-    status_ = take(capacity);
-    value_lens_ = reinterpret_cast<std::uint32_t*>(take(capacity * 4));
-    out_value_lens_ = reinterpret_cast<std::uint32_t*>(take(capacity * 4));
-    keys_ = take(capacity * key_width_);
-    values_ = take(capacity * stride_);
-    out_values_ = take(capacity * stride_);
-  }
+  HostBatch(Table& table, std::size_t capacity) : batch_(table, capacity) {}
 
   // Copies a batch's ops into the columns (every byte of its rows written, as Columns writes them).
-  void fill(const Table& table, const std::vector<Op>& ops) {
-    ASSERT_LE(ops.size(), capacity_);
-    const Columns cols(table.config(), ops);
+  void fill(Table& table, const std::vector<Op>& ops) {
+    ASSERT_LE(ops.size(), batch_.capacity());
+    const Columns cols(table, ops);
     const BatchIn src = cols.in();
     size_ = ops.size();
-    std::memcpy(ops_, src.ops, size_);
-    std::memcpy(key_lens_, src.key_lens, size_);
-    std::memcpy(keys_, src.keys, size_ * key_width_);
-    std::memcpy(values_, src.values, size_ * stride_);
-    std::memcpy(value_lens_, src.value_lens, size_ * sizeof(std::uint32_t));
-    std::memset(status_, 0xEE, size_);  // poison: every status must be written
+    std::memcpy(batch_.ops(), src.ops, size_);
+    std::memcpy(batch_.key_lens(), src.key_lens, size_);
+    std::memcpy(batch_.keys(), src.keys, size_ * batch_.key_width());
+    std::memcpy(batch_.values(), src.values, size_ * batch_.value_stride());
+    std::memcpy(batch_.value_lens(), src.value_lens, size_ * sizeof(std::uint32_t));
+    std::memset(batch_.statuses(), 0xEE, size_);  // poison: every status must be written
   }
 
-  BatchIn in() const { return BatchIn{size_, ops_, keys_, key_lens_, values_, value_lens_}; }
-  BatchOut out() const { return BatchOut{status_, out_values_, out_value_lens_}; }
+  BatchIn in() const { return batch_.in(0, size_); }
+  BatchOut out() const { return batch_.out(0, size_); }
 
   // The results, into a Columns of the same ops, for Model::check.
   void results_to(Columns& cols) const {
     const BatchOut dst = cols.out();
-    std::memcpy(dst.status, status_, size_);
-    std::memcpy(dst.values, out_values_, size_ * stride_);
-    std::memcpy(dst.value_lens, out_value_lens_, size_ * sizeof(std::uint32_t));
+    std::memcpy(dst.status, batch_.statuses(), size_);
+    std::memcpy(dst.values, batch_.out_values(), size_ * batch_.value_stride());
+    std::memcpy(dst.value_lens, batch_.out_value_lens(), size_ * sizeof(std::uint32_t));
   }
 
  private:
-  std::size_t capacity_;
-  std::uint32_t key_width_;
-  std::uint32_t stride_;
-  HostMemory memory_;
+  Batch batch_;
   std::size_t size_ = 0;
-  std::uint8_t *ops_, *key_lens_, *status_, *keys_, *values_, *out_values_;
-  std::uint32_t *value_lens_, *out_value_lens_;
 };
 
 class TablePrefetchTest : public testing::TestWithParam<BackendKind> {
@@ -92,7 +70,7 @@ class TablePrefetchTest : public testing::TestWithParam<BackendKind> {
   // Executes `batch` (holding `ops`) and checks its results against the model.
   static void execute_and_check(Table& table, Model& model, const HostBatch& batch, const std::vector<Op>& ops) {
     table.execute(batch.in(), batch.out());
-    Columns cols(table.config(), ops);
+    Columns cols(table, ops);
     batch.results_to(cols);
     model.check(cols, ops);
   }

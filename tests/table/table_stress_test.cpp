@@ -68,7 +68,7 @@ TEST(TableStressTest, ConcurrentCallersWithWorkerThreads) {
           ops.push_back(Op{OpKind::kPut, key, std::to_string(round)});
           ops.push_back(Op{OpKind::kGet, key, {}});
         }
-        Columns cols(table.config(), ops);
+        Columns cols(table, ops);
         table.execute(cols.in(), cols.out());
         for (int i = 0; i < kKeys; ++i) {
           if (cols.status(2 * i) != OpStatus::kOk || cols.value(2 * i + 1) != std::to_string(round)) failures++;

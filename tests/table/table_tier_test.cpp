@@ -155,7 +155,7 @@ TEST_P(TableTierTest, BothTiersFullRefuseWritesAndLoseNothing) {
   ASSERT_EQ(total_items(table.stats()), total);
 
   const TableStats full = table.stats();
-  Columns cols(table.config(), puts(total, total + 100));
+  Columns cols(table, puts(total, total + 100));
   table.execute(cols.in(), cols.out());
   for (std::size_t i = 0; i < 100; ++i) ASSERT_EQ(cols.status(i), OpStatus::kFull) << i;
   const TableStats after = table.stats();
@@ -176,7 +176,7 @@ TEST_P(TableTierTest, HostTrafficOnlyWhereNeeded) {
 
   // Lookups of absent keys: the host tier's tickets reject almost all of them without a host read.
   TableStats before = table.stats();
-  Columns misses(table.config(), gets(1000000, 1010000));
+  Columns misses(table, gets(1000000, 1010000));
   table.execute(misses.in(), misses.out());
   for (std::size_t i = 0; i < 10000; ++i) ASSERT_EQ(misses.status(i), OpStatus::kNotFound);
   TableStats after = table.stats();
