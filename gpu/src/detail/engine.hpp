@@ -24,12 +24,13 @@
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
 //  * No lookup sees a half-written key or value. A new key's slot stays BUSY (skipped by every lookup) while
-//    it is written. On a board, its writer then publishes it with a release (Board::publish; Board::load
-//    says why lookups of this kernel then see all of it). A new slot in a line or in the host tier, and one
-//    whose value CopyValues writes later, stays BUSY until FinishPass publishes it after the pass. A deleted
-//    slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while
-//    a reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
-//    only the key's own thread reads. Everything else is ordered by kernel boundaries.
+//    it is written. On the GPU's board layout, its writer then publishes it with a release (Board::publish;
+//    Board::load says why lookups of this kernel then see all of it). A new slot in a line, in the host tier
+//    or on the CPU backend, and one whose value CopyValues writes later, stays BUSY until FinishPass
+//    publishes it after the pass. A deleted slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody
+//    can reuse it and rewrite its key while a reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
+//    only the key's own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend,
+//    by the thread pool's join at the end of each step).
 #pragma once
 
 #include <cstdint>
@@ -407,12 +408,17 @@ struct Engine {
       if constexpr (kHost) {
         if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
         tally.host_writes += 1;
-      } else if (t.slots_own_sectors()) {
-        // Published now, while the claim's line is still in L2: at the pass's end it would cost a second
-        // random atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots").
+      }
+#if defined(__CUDA_ARCH__)
+      // Published now, while the claim's line is still in L2: at the pass's end it would cost a second random
+      // atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots"). GPU code only:
+      // the CPU backend never publishes in the pass, and this branch compiled into its probing loop, though
+      // never taken, cost its misses in small batches 9%.
+      if (!kHost && t.slots_own_sectors()) {
         t.board.publish(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code);
         return kNothingPending;
       }
+#endif
       return pending_code(kHost, slot, p.code);
     }
     if (!p.at.hit) return kNothingPending;

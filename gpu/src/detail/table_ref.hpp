@@ -87,8 +87,9 @@ struct TableRef {
   }
 
   // Whether every slot has its 32-byte sectors to itself, as on a board (the stride is whole sectors). Then
-  // a new key's writer may publish its slot during the pass (Board::load says why). In a line, slots share
-  // sectors with their neighbours, so a lookup's L1 may hold part of a new slot from before it was written.
+  // a new key's writer on the GPU may publish its slot during the pass (Board::load says why). In a line,
+  // slots share sectors with their neighbours, so a lookup's L1 may hold part of a new slot from before it
+  // was written.
   GPUKV_HD_INLINE bool slots_own_sectors() const { return board.stride == 1; }
 
   GPUKV_HD_INLINE static std::uint8_t tag_of(std::uint32_t info) { return static_cast<std::uint8_t>(info); }

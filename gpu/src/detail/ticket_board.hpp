@@ -83,20 +83,17 @@ struct Board {
 
   GPUKV_HD_INLINE std::uint64_t* at(std::uint64_t word) const { return words + word * stride; }
 
-  // A new key's ticket may turn FULL while the pass still runs (publish, on a board only), so a lookup that
-  // finds a FULL ticket must see the slot its writer filled first. On the host the load acquires (free on
-  // x86, and what ThreadSanitizer checks). On the GPU it stays relaxed: an acquire there invalidates the SM's
-  // L1 at every probe, and reading slots from L2 instead cost lookups 18-53% of their speed (bench/RESULTS.md,
-  // "inserts publish their own slots"). The slot's address depends on the ticket loaded, so its load cannot
-  // be issued before this one returns; the writer's release has put the slot's bytes in L2 by then; and the
-  // SM's L1 cannot hold them from before, since on a board a slot has its 32-byte sectors to itself and no
-  // thread reads them while the ticket is not FULL (and L1 starts empty with every kernel).
+  // Relaxed. A new key's ticket may turn FULL while the pass still runs (publish; on the GPU's board layout
+  // only, Engine::commit), and a lookup that finds it FULL must see the slot its writer filled first. An
+  // acquire load would say so in the memory model, but on the GPU it invalidates the SM's L1 at every probe,
+  // and reading slots from L2 instead cost lookups 18-53% (bench/RESULTS.md, "inserts publish their own
+  // slots"). What holds instead: the slot's address depends on the ticket loaded, so its load is
+  // issued after this one returns; the writer's release has put the slot's bytes in L2 by then; and the SM's
+  // L1 cannot hold them from before, since on a board a slot has its 32-byte sectors to itself and no thread
+  // reads them while the ticket is not FULL (and L1 starts empty with every kernel). Every other ticket a
+  // lookup meets FULL was published by an earlier step, whose boundary orders the slot's bytes before it.
   GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
-#if defined(__CUDA_ARCH__)
     return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_relaxed);
-#else
-    return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_acquire);
-#endif
   }
 
   // Turns an EMPTY or TOMBSTONE ticket into BUSY (or into `to`, where no thread can read the slot before
