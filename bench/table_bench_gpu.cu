@@ -86,62 +86,53 @@ void bench_table(const TableRun& r) {
   std::uint64_t passes = 0, delete_cleanups = 0;
   const std::uint64_t mixed_n = fill / 2;
   const std::uint64_t delete_n = mixed_n / 10;
+  // Runs the first `count` ops of the batch columns on `table`, timed; every op must end with `want`.
+  const auto timed = [&](Table& table, std::uint64_t count, OpStatus want, const char* what) {
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(count), batch.out());
+    const double ms = timer.stop_ms();
+    expect_status(batch, count, want, what);
+    return ms;
+  };
+  const auto set_ops = [&](std::uint64_t count, OpKind kind) {
+    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, count, static_cast<std::uint8_t>(kind));
+  };
+  const auto set_keys = [&](const DeviceArray<std::uint8_t>& keys, std::uint64_t first, std::uint64_t count) {
+    CHECK(cudaMemcpy(batch.keys.p, keys.p + first * r.kw, count * r.kw, cudaMemcpyDeviceToDevice));
+  };
   for (int rep = 0; rep < r.repeats; ++rep) {
     Table table(config);
     // Insert every key (all PUTs of new keys).
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, fill, static_cast<std::uint8_t>(OpKind::kPut));
-    CHECK(cudaMemcpy(batch.keys.p, hit_keys.p, fill * r.kw, cudaMemcpyDeviceToDevice));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(fill), batch.out());
-    best_insert = std::min(best_insert, timer.stop_ms());
-    expect_status(batch, fill, OpStatus::kOk, "insert");
+    set_ops(fill, OpKind::kPut);
+    set_keys(hit_keys, 0, fill);
+    best_insert = std::min(best_insert, timed(table, fill, OpStatus::kOk, "insert"));
     const TableStats s = table.stats();
     bytes_per_pair = static_cast<double>(s.device.board_bytes + s.device.slot_bytes) / static_cast<double>(s.device.items);
     passes = s.batches;
 
     // Find, all hits.
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, fill, static_cast<std::uint8_t>(OpKind::kGet));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(fill), batch.out());
-    best_hit = std::min(best_hit, timer.stop_ms());
-    expect_status(batch, fill, OpStatus::kOk, "find hit");
+    set_ops(fill, OpKind::kGet);
+    best_hit = std::min(best_hit, timed(table, fill, OpStatus::kOk, "find hit"));
 
     // Find, all misses.
-    CHECK(cudaMemcpy(batch.keys.p, miss_keys.p, fill * r.kw, cudaMemcpyDeviceToDevice));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(fill), batch.out());
-    best_miss = std::min(best_miss, timer.stop_ms());
-    expect_status(batch, fill, OpStatus::kNotFound, "find miss");
+    set_keys(miss_keys, 0, fill);
+    best_miss = std::min(best_miss, timed(table, fill, OpStatus::kNotFound, "find miss"));
 
     // Overwrite: a PUT of every inserted key.
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, fill, static_cast<std::uint8_t>(OpKind::kPut));
-    CHECK(cudaMemcpy(batch.keys.p, hit_keys.p, fill * r.kw, cudaMemcpyDeviceToDevice));
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(fill), batch.out());
-    best_overwrite = std::min(best_overwrite, timer.stop_ms());
-    expect_status(batch, fill, OpStatus::kOk, "overwrite");
+    set_ops(fill, OpKind::kPut);
+    set_keys(hit_keys, 0, fill);
+    best_overwrite = std::min(best_overwrite, timed(table, fill, OpStatus::kOk, "overwrite"));
 
     // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over the first half of the inserted keys.
     make_mixed<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, hit_keys.p, miss_keys.p, mixed_n, r.kw);
-    CHECK(cudaDeviceSynchronize());
-    timer.start();
-    table.execute_on_device(batch.in(mixed_n), batch.out());
-    best_mixed = std::min(best_mixed, timer.stop_ms());
-    expect_status(batch, mixed_n, OpStatus::kOk, "mixed");
+    best_mixed = std::min(best_mixed, timed(table, mixed_n, OpStatus::kOk, "mixed"));
 
     // Delete: keys of the half the mixed batch left alone, as many as would leave a clean-up out.
-    fill_ops<<<kGrid, kBlock>>>(batch.ops.p, delete_n, static_cast<std::uint8_t>(OpKind::kDelete));
-    CHECK(cudaMemcpy(batch.keys.p, hit_keys.p + mixed_n * r.kw, delete_n * r.kw, cudaMemcpyDeviceToDevice));
-    CHECK(cudaDeviceSynchronize());
+    set_ops(delete_n, OpKind::kDelete);
+    set_keys(hit_keys, mixed_n, delete_n);
     const std::uint64_t cleanups_before = table.stats().cleanups;
-    timer.start();
-    table.execute_on_device(batch.in(delete_n), batch.out());
-    best_delete = std::min(best_delete, timer.stop_ms());
-    expect_status(batch, delete_n, OpStatus::kOk, "delete");
+    best_delete = std::min(best_delete, timed(table, delete_n, OpStatus::kOk, "delete"));
     delete_cleanups = table.stats().cleanups - cleanups_before;
   }
   char extra[160];

@@ -78,6 +78,7 @@ struct TestCall {
   CallResults results;
   std::promise<CallCode> promise;
   std::future<CallCode> future = promise.get_future();
+  std::string message;  // what done() said, written before the future is ready
   std::uint32_t value_width = kValueWidth;  // of the table the call goes to: room for each GET's value
 
   TestCall& op(OpKind kind, const std::string& key, const std::string& value = {}) {
@@ -99,7 +100,10 @@ struct TestCall {
     results = CallResults{out_results.data(), out_values.data(), out_value_lengths.data()};
     c.results = &results;
     c.deadline = deadline;
-    c.done = [this](CallCode code, std::string_view) { promise.set_value(code); };
+    c.done = [this](CallCode code, std::string_view why) {
+      message = why;
+      promise.set_value(code);
+    };
     return c;
   }
   CallCode wait() {
@@ -304,16 +308,10 @@ TEST(BatcherGpu, ATableFailureFailsTheCallWithInternal) {
     }
     if (!threw) std::_Exit(3);
     TestCall after;
-    std::string message;
-    Call call = after.op(OpKind::kPut, "k", "w").call();
-    call.done = [&](CallCode code, std::string_view why) {
-      message = why;
-      after.promise.set_value(code);
-    };
-    batcher.submit(std::move(call));
+    batcher.submit(after.op(OpKind::kPut, "k", "w").call());
     const CallCode code = after.wait();
-    std::fprintf(stderr, "code %d: %s\n", static_cast<int>(code), message.c_str());
-    std::_Exit(code == CallCode::kInternal && message.find("the table failed") != std::string::npos ? 0 : 4);
+    std::fprintf(stderr, "code %d: %s\n", static_cast<int>(code), after.message.c_str());
+    std::_Exit(code == CallCode::kInternal && after.message.find("the table failed") != std::string::npos ? 0 : 4);
   };
   EXPECT_EXIT(scenario(), ::testing::ExitedWithCode(0), "code 4: the table failed");
 }
@@ -356,17 +354,11 @@ TEST(Batcher, TheLogSeesEachBatchBeforeItsCallsAreAnsweredAndItsFailureFailsTheW
   failing = true;
   TestCall put, del, get;
   in_batch.clear();
-  std::string message;
-  Call put_call = put.op(OpKind::kPut, "z", "3").call();
-  put_call.done = [&](CallCode code, std::string_view why) {
-    message = why;
-    put.promise.set_value(code);
-  };
-  batcher.submit(std::move(put_call));
+  batcher.submit(put.op(OpKind::kPut, "z", "3").call());
   batcher.submit(del.op(OpKind::kDelete, "x").call());  // a delete that finds nothing is a write all the same
   batcher.submit(get.op(OpKind::kGet, "y").call());
   EXPECT_EQ(put.wait(), CallCode::kUnavailable);
-  EXPECT_NE(message.find("no space left on device"), std::string::npos) << message;
+  EXPECT_NE(put.message.find("no space left on device"), std::string::npos) << put.message;
   EXPECT_EQ(del.wait(), CallCode::kUnavailable);
   ASSERT_EQ(get.wait(), CallCode::kOk) << "a call of GETs alone is answered";
   EXPECT_EQ(get.status(0), OpStatus::kOk);
