@@ -5,19 +5,10 @@
 #include <cstdint>
 
 #include "hd.hpp"
+#include "value_in.hpp"
 #include "gpukv/types.hpp"
 
 namespace gpukv::detail {
-
-// A write op's value: its length, its first two words in registers (a whole 8- or 16-byte value), and
-// where the rest is. Loaded together with the op's key, so that the latency overlaps the probe.
-struct ValueIn {
-  std::uint32_t len;
-  std::uint64_t head[2];
-  const std::uint64_t* words;
-  // Selects rather than indexes head[]: a run-time index would move the array to local memory.
-  GPUKV_HD_INLINE std::uint64_t word(std::uint32_t j) const { return j == 0 ? head[0] : j == 1 ? head[1] : words[j]; }
-};
 
 struct BatchRef {
   std::uint64_t size;
@@ -42,14 +33,8 @@ struct BatchRef {
     return reinterpret_cast<std::uint64_t*>(out_values + i * value_stride);
   }
   GPUKV_HD_INLINE void set_status(std::uint64_t i, OpStatus s) const { status[i] = static_cast<std::uint8_t>(s); }
-  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t i) const {
-    ValueIn v;
-    v.len = value_lens[i];
-    v.words = value_words(i);
-    v.head[0] = v.len > 0 ? v.words[0] : 0;
-    v.head[1] = v.len > 8 ? v.words[1] : 0;
-    return v;
-  }
+  // A write's value, loaded together with the op's other columns so that the latency overlaps the probe.
+  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t i) const { return load_value(value_words(i), value_lens + i, value_stride); }
 
   // A malformed op is answered kInvalid and touches nothing.
   GPUKV_HD_INLINE bool valid(std::uint64_t i) const {

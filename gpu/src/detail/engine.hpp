@@ -28,9 +28,9 @@
 //    Board::load says why lookups of this kernel then see all of it). A new slot in a line, in the host tier
 //    or on the CPU backend, and one whose value CopyValues writes later, stays BUSY until FinishPass
 //    publishes it after the pass. A deleted slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody
-//    can reuse it and rewrite its key while a reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
-//    only the key's own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend,
-//    by the thread pool's join at the end of each step).
+//    can reuse it and rewrite its key while a reader that saw its old FULL ticket compares against it. An
+//    overwrite rewrites only the value, which only the key's own thread reads. Everything else is ordered by
+//    kernel boundaries (on the CPU backend, by the thread pool's join at the end of each step).
 #pragma once
 
 #include <cstdint>
@@ -280,11 +280,14 @@ struct Engine {
     return false;
   }
 
-  // A GET's value: `len` bytes at `from` (the slot's value, or the pass's latest write of this key).
-  GPUKV_HD void write_get(std::uint64_t op, const std::uint64_t* from, std::uint32_t len) const {
+  // A GET's answer: the slot's value, or the pass's latest write of this key.
+  GPUKV_HD void write_get(std::uint64_t op, const ValueIn& value) const {
     if (batch.out_values == nullptr) return;
-    copy_value(batch.out_value_words(op), from, len);
-    if (batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
+    std::uint64_t* out = batch.out_value_words(op);
+    const std::uint32_t full = value.len / 8;
+    for (std::uint32_t j = 0; j < full; ++j) out[j] = value.word(j);
+    if (value.len % 8 != 0) out[full] = value.word(full) & byte_mask(value.len % 8);
+    if (batch.out_value_lens != nullptr) batch.out_value_lens[op] = value.len;
   }
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
@@ -329,13 +332,13 @@ struct Engine {
         case OpKind::kGet:
           if (present) {
             if (written) {
-              write_get(op, value.words, value.len);
+              write_get(op, value);
             } else if (kWithHost && slot_in_host) {
-              write_get(op, host.value_words_at(slot), *host.value_len(slot));
+              write_get(op, host.value_in(slot));
             } else if (Ops::kAlone && pass.copy_later && batch.out_values != nullptr) {
               gather = true;  // alone in the pass: nothing changes the slot before CopyValues reads it
             } else {
-              write_get(op, table.value_words_at(slot), *table.value_len(slot));
+              write_get(op, table.value_in(slot));
             }
           }
           batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);

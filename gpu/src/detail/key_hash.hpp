@@ -31,7 +31,9 @@ GPUKV_HD_INLINE std::uint64_t byte_mask(std::uint32_t bytes) {
   return bytes >= 8 ? ~std::uint64_t{0} : ((std::uint64_t{1} << (8 * bytes)) - 1);
 }
 
-// Loads a key of `len` bytes stored at an 8-byte aligned address, zeroing the bytes past its length.
+// Loads a key of `len` bytes stored at an 8-byte aligned address, zeroing the bytes past its length. The
+// words are loaded whatever the length (a row of the key column always holds key_words of them), so that
+// their loads and the length's are in flight together rather than one after the other.
 GPUKV_HD_INLINE KeyWords load_key(const std::uint8_t* p, std::uint32_t len, std::uint32_t key_words) {
   KeyWords k;
   k.len = len;
@@ -40,7 +42,7 @@ GPUKV_UNROLL
   for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
     const std::uint32_t begin = 8 * j;
     const std::uint32_t valid = len > begin ? len - begin : 0;
-    k.w[j] = (j < key_words && valid > 0) ? (words[j] & byte_mask(valid)) : 0;
+    k.w[j] = j < key_words ? words[j] & (valid > 0 ? byte_mask(valid) : 0) : 0;
   }
   return k;
 }

@@ -110,11 +110,20 @@ struct ExecuteOp {
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred).
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
-    const std::uint32_t entry = group_entry(op);
-    if (entry == kNoGroup) return settled(op);
-    // The key's first board word is fetched together with its group entry: most ops are alone in their
-    // group and go straight on to the walk.
-    const KeyWords key = batch_key(e.table, e.batch, op);
+    std::uint32_t entry;
+    KeyWords key;
+    if (!read_only(e.pass)) {
+      // The group entry first, then the key. Loading both at once measured 3% slower for inserts
+      // (bench/RESULTS.md, "an op's reads issued together").
+      entry = e.pass.group_of[op];
+      if (entry == kNoGroup) return settled(op);
+      key = batch_key(e.table, e.batch, op);
+    } else {
+      // The key, its length and the op's kind in one memory round trip, then the test.
+      key = batch_key(e.table, e.batch, op);
+      entry = group_entry(op, key.len);
+      if (entry == kNoGroup) return settled(op);
+    }
     return begin_walk(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
   }
 
@@ -130,7 +139,7 @@ struct ExecuteOp {
   }
   // begin() with the op's Planned.
   bool begin(std::uint64_t op, const Planned& planned, Probe& p) const {
-    const std::uint32_t entry = group_entry(op);
+    const std::uint32_t entry = group_entry(op, planned.key.len);
     if (entry == kNoGroup) return settled(op);
     return begin_walk(op, entry, planned.key, planned.plan, p);
   }
@@ -170,10 +179,13 @@ struct ExecuteOp {
   }
 
  private:
-  // The op's grouping entry, kUngrouped, or kNoGroup for a malformed op (answered kInvalid).
-  GPUKV_HD_INLINE std::uint32_t group_entry(std::uint64_t op) const {
+  // The op's grouping entry, kUngrouped, or kNoGroup for a malformed op (answered kInvalid). `key_len` is
+  // the op's, already loaded. In a pass without writes, a GET whose key length is valid is decided on that
+  // and its kind; anything else loads the rest of its row (valid()).
+  GPUKV_HD_INLINE std::uint32_t group_entry(std::uint64_t op, std::uint32_t key_len) const {
     if (!read_only(e.pass)) return e.pass.group_of[op];
-    if (e.batch.valid(op)) return kUngrouped;
+    const bool get = e.batch.kind(op) == OpKind::kGet && key_len <= e.batch.key_width;
+    if (get || e.batch.valid(op)) return kUngrouped;
     e.batch.set_status(op, OpStatus::kInvalid);
     return kNoGroup;
   }

@@ -33,6 +33,7 @@
 #include "hd.hpp"
 #include "key_hash.hpp"
 #include "ticket_board.hpp"
+#include "value_in.hpp"
 #include "gpukv/types.hpp"
 
 namespace gpukv::detail {
@@ -110,15 +111,21 @@ struct TableRef {
     return key_words_at(index) + key_words;
   }
 
+  // Whether slot `index` holds key `k`. The length and the key words are loaded before either is tested, so
+  // that one memory round trip brings both.
   GPUKV_HD_INLINE bool key_equals(std::uint64_t index, const KeyWords& k) const {
-    if (*key_len(index) != k.len) return false;
     const std::uint64_t* stored = key_words_at(index);
-    bool equal = true;
+    bool equal = *key_len(index) == k.len;
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
       if (j < key_words) equal &= stored[j] == k.w[j];
     }
     return equal;
+  }
+  // The value of a slot whose key only this thread may change (load_value: its length and first words in one
+  // round trip).
+  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t index) const {
+    return load_value(value_words_at(index), value_len(index), value_stride);
   }
 
   // Fills a slot nobody else reads (its ticket is BUSY): header, key and value in 8-byte stores, with zeros
