@@ -37,6 +37,9 @@ class CpuExecutor {
   // ahead of it, from a plan worked out once per op and kept in a ring until the op runs.
   template <class F>
   void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
+    if constexpr (requires { f.idle(); }) {
+      if (f.idle()) return;  // the step before has joined, so the answer is final
+    }
     constexpr std::uint64_t grain = requires { F::kProbes; } ? kGrain : kLightGrain;
     pool_.parallel_for(n, grain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;

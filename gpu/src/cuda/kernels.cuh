@@ -56,6 +56,9 @@ __device__ __forceinline__ void grid_stride(std::uint64_t n, const F& f, Tally& 
 
 template <class F>
 __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
+  if constexpr (requires { f.idle(); }) {
+    if (f.idle()) return;  // the same answer in every thread, and nothing to tally
+  }
   Tally tally;
   grid_stride(n, f, tally);
   flush_tally(tally, counters);

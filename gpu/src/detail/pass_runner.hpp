@@ -2,7 +2,8 @@
 // primitives that differ between a GPU and a pool of host threads:
 //
 //   for_each(n, f, threads) run f(i, tally) for i in [0, n) (on at most `threads` GPU threads if not 0),
-//                           then add every thread's tally to the counters
+//                           then add every thread's tally to the counters; nothing if f has idle() and it
+//                           is true (asked once per thread or per call, not per item)
 //   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
 //   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
