@@ -56,7 +56,7 @@ struct GroupOp {
   // a 367 us find pass (bench/RESULTS.md, "the fixed cost of a pass").
   GPUKV_HD bool idle() const { return read_only(e.pass); }
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
-    if (read_only(e.pass)) return;  // the executors test idle() first; kept for any other caller
+    if (idle()) return;  // the executors test it first; kept for any other caller
     if (!e.batch.valid(op)) {
       e.batch.set_status(op, OpStatus::kInvalid);
       e.pass.group_of[op] = kNoGroup;
