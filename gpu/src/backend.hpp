@@ -1,6 +1,7 @@
 // The interface both backends implement behind gpukv::Table, and the helpers they share.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -19,7 +20,8 @@ enum class Memory { kHost, kDevice };
 class Backend {
  public:
   virtual ~Backend() = default;
-  // One pass: in.size <= config.max_batch. Synchronous: every result is written on return.
+  // A batch of any size, run as passes of at most config.max_batch ops. Synchronous: every result is written
+  // on return.
   virtual void execute(const BatchIn& in, const BatchOut& out, Memory memory) = 0;
   // Table::allocate_host and Table::prefetch (a backend with nothing to copy ignores the latter).
   virtual HostMemory allocate_host(std::size_t bytes) = 0;
@@ -107,6 +109,22 @@ inline TierLimits limits_of(const TierGeometry& t) {
 
 inline std::unique_ptr<Backend> make_cpu_backend(const TableConfig& config, const Geometry& geometry) {
   return by_key_width(geometry, [&](auto key_words) { return make_cpu_backend_for<key_words.value>(config, geometry); });
+}
+
+// Ops [begin, begin + n) of a batch's columns (n clipped at its end), for a backend that runs a batch in
+// host memory one pass at a time.
+inline BatchIn part_of(const BatchIn& in, std::uint64_t begin, std::uint64_t n, std::uint32_t key_width,
+                       std::uint32_t value_stride) {
+  return BatchIn{std::min<std::uint64_t>(n, in.size - begin),
+                 in.ops + begin,
+                 in.keys + begin * key_width,
+                 in.key_lens + begin,
+                 in.values == nullptr ? nullptr : in.values + begin * value_stride,
+                 in.value_lens == nullptr ? nullptr : in.value_lens + begin};
+}
+inline BatchOut part_of(const BatchOut& out, std::uint64_t begin, std::uint32_t value_stride) {
+  return BatchOut{out.status + begin, out.values == nullptr ? nullptr : out.values + begin * value_stride,
+                  out.value_lens == nullptr ? nullptr : out.value_lens + begin};
 }
 
 inline BatchRef make_batch_ref(const TableConfig& c, const Geometry& g, const BatchIn& in, const BatchOut& out) {

@@ -80,20 +80,8 @@ void Table::run(const BatchIn& in, const BatchOut& out, bool on_device) {
   if (misaligned(in.keys) || misaligned(in.values) || misaligned(out.values)) {
     throw Error(Error::Code::kInvalidArgument, "key and value columns must be 8-byte aligned");
   }
-  const std::uint32_t stride = value_stride();
   std::lock_guard lock(mutex_);
-  for (std::size_t begin = 0; begin < in.size; begin += config_.max_batch) {
-    const std::size_t n = std::min<std::size_t>(config_.max_batch, in.size - begin);
-    BatchIn part{n,
-                 in.ops + begin,
-                 in.keys + begin * config_.key_width,
-                 in.key_lens + begin,
-                 in.values == nullptr ? nullptr : in.values + begin * stride,
-                 in.value_lens == nullptr ? nullptr : in.value_lens + begin};
-    BatchOut part_out{out.status + begin, out.values == nullptr ? nullptr : out.values + begin * stride,
-                      out.value_lens == nullptr ? nullptr : out.value_lens + begin};
-    impl_->execute(part, part_out, on_device ? detail::Memory::kDevice : detail::Memory::kHost);
-  }
+  impl_->execute(in, out, on_device ? detail::Memory::kDevice : detail::Memory::kHost);
   impl_->batch_done(in.size);
 }
 

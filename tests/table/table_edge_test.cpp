@@ -96,6 +96,34 @@ TEST_P(TableEdgeTest, SameKeyOpsTakeEffectInBatchOrder) {
   model.check_contents(table);
 }
 
+// A batch larger than max_batch runs as consecutive passes, each queued before the host has seen the one
+// before it. Promise: every pass sees the earlier passes of the call complete, including their same-key ops
+// (which the host finishes after the pass) and the tombstone clean-ups that fall due in the middle of the
+// call, so the answers are those of the whole batch run in order.
+TEST_P(TableEdgeTest, PassesOfOneBatchSeeEveryEarlierPassComplete) {
+  TableConfig c = config(8, 8, 2000);
+  c.max_batch = 8;
+  c.cleanup_tombstones = 0.01;
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  Generator gen(17, 8, 8);
+  // Few enough keys that many passes repeat one and read the keys of the pass before; enough that deletes
+  // leave tombstones behind.
+  const auto keys = gen.unique_keys(300);
+  std::vector<Op> ops;
+  for (int i = 0; i < 4000; ++i) {
+    const std::string& k = keys[gen.next(static_cast<std::uint32_t>(keys.size()))];
+    const std::uint32_t kind = gen.next(10);
+    ops.push_back(kind < 4 ? put(k, gen.value()) : kind < 7 ? get(k) : kind < 9 ? del(k) : put_if_absent(k, gen.value()));
+  }
+  model.run(table, ops);
+  const TableStats after = table.stats();
+  EXPECT_EQ(after.batches, 500u) << "each pass counted once, halted ones included";
+  EXPECT_GT(after.conflict_ops, 0u);
+  EXPECT_GE(after.cleanups, 1u) << "clean-ups fell due inside the call";
+  model.check_contents(table);
+}
+
 TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
   Table table(config(8, 8, 200));
   const std::uint64_t max_items = table.stats().device.max_items;

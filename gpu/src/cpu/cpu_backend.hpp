@@ -41,7 +41,9 @@ class CpuBackend final : public Backend {
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");
-    runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(in.size));
+    const std::uint64_t pass_ops = config_.max_batch;
+    const std::uint64_t first_pass = std::min<std::uint64_t>(in.size, pass_ops);
+    runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(first_pass), pass_ops);
   }
   HostMemory allocate_host(std::size_t bytes) override {
     void* p = std::calloc(std::max<std::size_t>(bytes, 1), 1);  // malloc's alignment (16) covers the 8 needed

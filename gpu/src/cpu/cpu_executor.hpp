@@ -74,6 +74,9 @@ class CpuExecutor {
   void exclusive_sum(unsigned long long* values, std::uint64_t n) { std::exclusive_scan(values, values + n, values, 0ULL); }
   Counters read_counters() const { return *counters_; }
   void write_counters(const Counters& c) { *counters_ = c; }
+  // Every step has finished when its call returns: a snapshot is a copy.
+  void snapshot_counters(int slot) { snapshots_[slot] = *counters_; }
+  Counters wait_snapshot(int slot) const { return snapshots_[slot]; }
   // Both tiers are host memory here.
   HostBuffer allocate(std::uint64_t bytes, bool /*host_tier*/) { return HostBuffer(bytes, /*nothrow=*/true); }
 
@@ -89,6 +92,7 @@ class CpuExecutor {
 
   ThreadPool& pool_;
   Counters* counters_;
+  Counters snapshots_[2] = {};
 };
 
 }  // namespace cpu

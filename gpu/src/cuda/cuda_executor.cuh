@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
@@ -19,10 +20,34 @@ namespace gpu {
 // Internal linkage: each gpu_backend_key*.cu has its own copy of these kernels and helpers.
 namespace {
 
+struct StreamHandle {
+  cudaStream_t stream = nullptr;
+  StreamHandle() {
+    // A blocking stream: work on the legacy default stream (a caller's timing events) orders with it.
+    GPUKV_CUDA_CHECK(cudaStreamCreate(&stream));
+  }
+  ~StreamHandle() { cudaStreamDestroy(stream); }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+};
+
+struct EventHandle {
+  cudaEvent_t event = nullptr;
+  EventHandle() { GPUKV_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
+  ~EventHandle() { cudaEventDestroy(event); }
+  EventHandle(const EventHandle&) = delete;
+  EventHandle& operator=(const EventHandle&) = delete;
+};
+
 class CudaExecutor {
  public:
-  CudaExecutor(cudaStream_t stream, int sm_count, Counters* counters)
-      : stream_(stream), sm_count_(sm_count), counters_(counters), readback_(sizeof(Counters)) {}
+  CudaExecutor(cudaStream_t stream, int device, int sm_count, Counters* counters)
+      : stream_(stream),
+        sm_count_(sm_count),
+        early_launch_(compute_major(device) >= 9),
+        counters_(counters),
+        readback_(sizeof(Counters)),
+        snapshots_(2 * sizeof(Counters), "counter snapshots", GpuMemory::kMappedHost) {}
 
   // `max_threads` (0: no limit) caps the grid below what fits on the device.
   template <class F>
@@ -32,8 +57,7 @@ class CudaExecutor {
     if (max_threads != 0) needed = std::min<std::uint64_t>(needed, (max_threads + kBlockThreads - 1) / kBlockThreads);
     const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<for_each_kernel<F>>(sm_count_)));
     clock_.begin(stream_, F::kName);
-    for_each_kernel<<<grid, kBlockThreads, 0, stream_>>>(n, f, counters_);
-    GPUKV_CUDA_CHECK_LAUNCH();
+    launch(for_each_kernel<F>, grid, n, f, counters_);
     clock_.end(stream_);
   }
 
@@ -45,13 +69,11 @@ class CudaExecutor {
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
     if (policy.mode != LaneMode::kClStash) {
       const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<stash_kernel<Ref>>(sm_count_)));
-      stash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
-      GPUKV_CUDA_CHECK_LAUNCH();
+      launch(stash_kernel<Ref>, grid, n, f, policy, counters_);
     }
     if (policy.mode != LaneMode::kStash) {
       const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<clstash_kernel<Ref>>(sm_count_)));
-      clstash_kernel<Ref><<<grid, kBlockThreads, 0, stream_>>>(n, f, policy, counters_);
-      GPUKV_CUDA_CHECK_LAUNCH();
+      launch(clstash_kernel<Ref>, grid, n, f, policy, counters_);
     }
     clock_.end(stream_);
   }
@@ -99,15 +121,25 @@ class CudaExecutor {
   }
 
   Counters read_counters() {
-    GPUKV_CUDA_CHECK(cudaMemcpyAsync(readback_.as<Counters>(), counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
+    Counters* to = readback_.as<Counters>();
+    GPUKV_CUDA_CHECK(cudaMemcpyAsync(to, counters_, sizeof(Counters), cudaMemcpyDeviceToHost, stream_));
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));
     clock_.collect();
-    return *readback_.as<Counters>();
+    return *to;
+  }
+
+  // A kernel rather than a copy, so that the kernels on either side of it still launch early.
+  void snapshot_counters(int slot) {
+    launch(copy_counters_kernel, 1, static_cast<const Counters*>(counters_), snapshots_.as<Counters>() + slot);
+    GPUKV_CUDA_CHECK(cudaEventRecord(snapshot_done_[slot].event, stream_));
+  }
+  Counters wait_snapshot(int slot) {
+    GPUKV_CUDA_CHECK(cudaEventSynchronize(snapshot_done_[slot].event));
+    return snapshots_.as<Counters>()[slot];
   }
 
   void write_counters(const Counters& c) {
-    set_counters_kernel<<<1, 1, 0, stream_>>>(counters_, c);
-    GPUKV_CUDA_CHECK_LAUNCH();
+    launch(set_counters_kernel, 1, counters_, c);
   }
 
   void report(std::uint64_t ops) { clock_.report(ops); }
@@ -119,33 +151,39 @@ class CudaExecutor {
   }
 
  private:
+  static int compute_major(int device) {
+    int major = 0;
+    GPUKV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    return major;
+  }
+
+  // Launches a kernel of kBlockThreads-thread blocks on the stream. From compute capability 9.0 its blocks
+  // may start while the kernel before it drains: each waits for it first (wait_for_earlier_kernels).
+  template <class... Params, class... Args>
+  void launch(void (*kernel)(Params...), int grid, Args&&... args) {
+    cudaLaunchAttribute early{};
+    early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    early.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(grid));
+    config.blockDim = dim3(kBlockThreads);
+    config.stream = stream_;
+    config.attrs = &early;
+    config.numAttrs = early_launch_ ? 1 : 0;
+    GPUKV_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  }
+
   cudaStream_t stream_;
   int sm_count_;
+  bool early_launch_;
   Counters* counters_;
   PinnedBuffer readback_;
+  GpuBuffer snapshots_;  // mapped host memory: written by copy_counters_kernel
+  EventHandle snapshot_done_[2];
   std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
   GpuBuffer sort_temp_;
   GpuBuffer sort_alt_;
   StepClock clock_;
-};
-
-struct StreamHandle {
-  cudaStream_t stream = nullptr;
-  StreamHandle() {
-    // A blocking stream: work on the legacy default stream (a caller's timing events) orders with it.
-    GPUKV_CUDA_CHECK(cudaStreamCreate(&stream));
-  }
-  ~StreamHandle() { cudaStreamDestroy(stream); }
-  StreamHandle(const StreamHandle&) = delete;
-  StreamHandle& operator=(const StreamHandle&) = delete;
-};
-
-struct EventHandle {
-  cudaEvent_t event = nullptr;
-  EventHandle() { GPUKV_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming)); }
-  ~EventHandle() { cudaEventDestroy(event); }
-  EventHandle(const EventHandle&) = delete;
-  EventHandle& operator=(const EventHandle&) = delete;
 };
 
 }  // namespace

@@ -51,7 +51,7 @@ class GpuBackend final : public Backend {
         host_slots_(g.host.slot_bytes(), "the host tier's slots", GpuMemory::kMappedHost),
         host_tags_(g.host.tag_bytes, "the host tier's tags"),
         counters_(sizeof(Counters), "counters"),
-        exec_(stream_.stream, sm_count_of(device_), counters_.as<Counters>()),
+        exec_(stream_.stream, device_, sm_count_of(device_), counters_.as<Counters>()),
         runner_(make_table_ref<Ref>(g, g.device, board_.as<std::uint64_t>(), slots_.data(), nullptr),
                 make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
                 exec_,
@@ -71,10 +71,20 @@ class GpuBackend final : public Backend {
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
+    const std::uint64_t pass_ops = config_.max_batch;
     if (memory == Memory::kDevice) {
-      runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(in.size));
+      const std::uint64_t first_pass = std::min<std::uint64_t>(in.size, pass_ops);
+      runner_.run(make_batch_ref(config_, geometry_, in, out), scratch_for(first_pass), pass_ops);
       return;
     }
+    for (std::uint64_t begin = 0; begin < in.size; begin += pass_ops) {
+      execute_from_host(part_of(in, begin, pass_ops, config_.key_width, geometry_.value_stride),
+                        part_of(out, begin, geometry_.value_stride));
+    }
+  }
+
+  // One pass of a batch in host memory: its columns copied in (or taken from a prefetch), its answers out.
+  void execute_from_host(const BatchIn& in, const BatchOut& out) {
     const std::uint64_t n = in.size;
     const std::uint32_t stride = geometry_.value_stride;
     const cudaStream_t s = stream_.stream;
@@ -105,7 +115,7 @@ class GpuBackend final : public Backend {
       d_out.values = nullptr;
       d_out.value_lens = nullptr;
     }
-    runner_.run(make_batch_ref(config_, geometry_, run_in, d_out), scratch_for(n));
+    runner_.run(make_batch_ref(config_, geometry_, run_in, d_out), scratch_for(n), n);
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.status, d_out.status, n, cudaMemcpyDeviceToHost, s));
     if (out.values != nullptr) {
       // GET values are written only for found keys; copy the whole column (the rest is unspecified).

@@ -36,6 +36,17 @@ constexpr int min_blocks() {
   }
 }
 
+// Waits until the kernels before this one in the stream have finished and their writes are visible.
+// CudaExecutor launches every kernel with programmatic stream serialization, so that its blocks take the
+// SMs as the kernel before drains, rather than after a launch gap once it has ended (about 3 us at each of
+// a pass's steps: bench/RESULTS.md, "the fixed cost of a pass"). Every kernel calls this before it reads
+// or writes anything.
+__device__ __forceinline__ void wait_for_earlier_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Adds each warp's tallies to the counters with one atomic per counter per warp.
 __device__ __forceinline__ void flush_delta(long long delta, unsigned long long* counter) {
   for (int offset = 16; offset > 0; offset /= 2) delta += __shfl_xor_sync(0xFFFFFFFFu, delta, offset);
@@ -56,6 +67,7 @@ __device__ __forceinline__ void grid_stride(std::uint64_t n, const F& f, Tally& 
 
 template <class F>
 __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
+  wait_for_earlier_kernels();
   if constexpr (requires { f.idle(); }) {
     if (f.idle()) return;  // the same answer in every thread, and nothing to tally
   }
@@ -65,12 +77,14 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
 }
 
 // The two lane schedules of the probing step, launched back to back: each reads the counters StartPass left
-// (the same values in every thread) and returns at once unless the hybrid picked it. Two kernels rather than
-// one with a branch, so that clStash's register pressure does not spill into the Stash loop.
+// (the same values in every thread) and returns at once unless the hybrid picked it (or the pass is
+// halted). Two kernels rather than one with a branch, so that clStash's register pressure does not spill
+// into the Stash loop.
 template <class Ref>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
-  if (policy.collaborative(*counters)) return;
+  wait_for_earlier_kernels();
+  if (f.idle() || policy.collaborative(*counters)) return;
   Tally tally;
   grid_stride(n, f, tally);
   flush_tally(tally, counters);
@@ -79,13 +93,24 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
 template <class Ref>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
     clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
-  if (!policy.collaborative(*counters)) return;
+  wait_for_earlier_kernels();
+  if (f.idle() || !policy.collaborative(*counters)) return;
   Tally tally;
   clstash_execute<kBlockThreads>(n, f, tally);
   flush_tally(tally, counters);
 }
 
-__global__ void set_counters_kernel(Counters* counters, Counters value) { *counters = value; }
+__global__ void set_counters_kernel(Counters* counters, Counters value) {
+  wait_for_earlier_kernels();
+  *counters = value;
+}
+
+// A copy of the counters into host memory the kernel can reach (mapped), for the host to read once an
+// event after it has completed.
+__global__ void copy_counters_kernel(const Counters* counters, Counters* to) {
+  wait_for_earlier_kernels();
+  *to = *counters;
+}
 
 // Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
 // kernel (the kernel is the template argument, so kernels of one signature get separate answers).

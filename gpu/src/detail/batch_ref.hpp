@@ -36,6 +36,21 @@ struct BatchRef {
   // A write's value, loaded together with the op's other columns so that the latency overlaps the probe.
   GPUKV_HD_INLINE ValueIn value_in(std::uint64_t i) const { return load_value(value_words(i), value_lens + i, value_stride); }
 
+  // Ops [begin, begin + n) of the batch, n clipped at its end: one pass of a larger batch.
+  BatchRef part(std::uint64_t begin, std::uint64_t n) const {
+    BatchRef p = *this;
+    p.size = n < size - begin ? n : size - begin;
+    p.ops += begin;
+    p.keys += begin * key_width;
+    p.key_lens += begin;
+    if (values != nullptr) p.values += begin * value_stride;
+    if (value_lens != nullptr) p.value_lens += begin;
+    p.status += begin;
+    if (out_values != nullptr) p.out_values += begin * value_stride;
+    if (out_value_lens != nullptr) p.out_value_lens += begin;
+    return p;
+  }
+
   // A malformed op is answered kInvalid and touches nothing.
   GPUKV_HD_INLINE bool valid(std::uint64_t i) const {
     const std::uint8_t op = ops[i];
@@ -63,6 +78,15 @@ struct Counters {
   unsigned long long host_queued;  // this pass: ops left to the host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
+  // Passes queued ahead of the host (PassRunner::run, BeginPass): the grouping-table entries of the last
+  // pass that ran, the entries its StartPass clears, and whether a pass stopped because the pass before it
+  // needs the host first.
+  unsigned long long pass_groups;
+  unsigned long long dirty_groups;
+  unsigned long long halted;
+  // Set by BeginPass for the pass, from the counters as the pass begins:
+  unsigned long long checked;    // reserve each new key against max_items (the pass may fill the device tier)
+  unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too
 };
 
 // What one thread changed, summed over its share of a pass and added to the Counters once.
@@ -144,8 +168,6 @@ struct PassRef {
   Counters* counters;
   std::uint64_t max_items;       // device tier
   std::uint64_t host_max_items;  // host tier (0 if there is none)
-  bool checked;                  // reserve each new key against max_items (the pass may fill the device tier)
-  bool host_live;                // the host tier held keys when the pass began, so lookups must walk it too
   // A GET of a key alone in the pass that finds its value in the device tier, and a PUT of a key alone in
   // the pass that writes a device-tier slot (a new one, or its key's own), leave the value's copy to
   // CopyValues, whose threads move a wide value together, rather than copying it word by word themselves.

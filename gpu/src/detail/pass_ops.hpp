@@ -1,6 +1,7 @@
 // The steps of one pass, each a per-item function object `f(i, tally)`. A CUDA kernel runs one as a thin
 // grid-stride loop; the CPU backend runs the same object from its worker threads. Order within a pass:
 //
+//   BeginPass      once: reset the pass's counters, or halt the pass if the one before it needs the host
 //   StartPass      every grouping-table entry an earlier pass left: clear it; every op: count the valid writes
 //   GroupOp        every op, if the pass writes: validate, hash its key and enter it in the grouping table
 //   ExecuteOp      every op: run it now if its key is alone in the pass (validating it first in a pass
@@ -12,6 +13,10 @@
 //   ExecuteHostOp  every such op, in host-address order: walk both tiers and run it
 //   CopyValues     every op, a few threads each (wide values on the GPU): a value ExecuteOp left to it
 //   FinishPass     every op (if the pass left any ticket BUSY): a BUSY ticket it left -> FULL or TOMBSTONE
+//
+// A pass queued ahead of the host (PassRunner::run) runs BeginPass to ExecuteOp, then CopyValues and
+// FinishPass unless it deferred ops or left ops to the host tier: the host runs those steps itself, after
+// the sort and the host phase, and every step of the pass queued after it does nothing (halted).
 #pragma once
 
 #include <cstdint>
@@ -26,18 +31,76 @@ GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std:
   return load_key(batch.key(op), batch.key_lens[op], table.key_words);
 }
 
-// Clears the grouping-table entries the last pass with writes left (`clear` of them: PassRunner tracks them,
-// so that a run of read-only passes clears nothing) and counts the pass's valid writes (PUT, PUT_IF_ABSENT,
-// DELETE), before any other step: the lane schedule depends on the mix, and a pass without writes needs no
-// grouping. One sweep, so that counting costs no launch of its own.
+// Whether a pass must wait for the host: it was halted, or the pass before it deferred same-key ops or left
+// ops to the host tier (their steps need the host's sort, and run before anything later touches the table).
+GPUKV_HD_INLINE bool host_first(const Counters& c) { return c.halted != 0 || c.conflicts != 0 || c.host_queued != 0; }
+
+// Opens a pass, before its other steps (one item): resets the pass's counters and works out which grouping
+// entries StartPass must clear, or, if the pass must wait for the host, halts it: its steps then do nothing,
+// and the host queues it again once it has finished the pass before (PassRunner::run).
+struct BeginPass {
+  static constexpr const char* kName = "BeginPass";
+  Counters* counters;
+  std::uint64_t ops;            // in the pass
+  std::uint64_t max_items;      // the device tier's
+  std::uint64_t group_entries;  // this pass's grouping-table size
+  bool fresh_groups;            // the grouping table was just allocated, all zero
+  GPUKV_HD void operator()(std::uint64_t, Tally&) const {
+    Counters& c = *counters;
+    if (host_first(c)) {
+      c.halted = 1;
+      return;
+    }
+    // The last pass that ran cleared what it found (StartPass), and GroupOp filled its entries only if it
+    // had writes. A halted pass changes neither field, so they describe the last pass that ran.
+    c.dirty_groups = fresh_groups || c.writes == 0 ? 0 : c.pass_groups;
+    c.pass_groups = group_entries;
+    // If every op of the pass could insert a new key and still fit in the device tier, no op needs to
+    // reserve room atomically. Only a host tier that holds keys needs walking.
+    c.checked = c.items + ops > max_items;
+    c.host_live = c.host_items != 0;
+    c.writes = 0;
+    c.joined = 0;
+    c.pending = 0;
+  }
+};
+
+// Clears the grouping-table entries the last pass with writes left (BeginPass says how many) and counts the
+// pass's valid writes (PUT, PUT_IF_ABSENT, DELETE), before any other step: the lane schedule depends on the
+// mix, and a pass without writes needs no grouping. One sweep, so that counting costs no launch of its own.
+// An item counts kChunk neighbouring ops, their kinds loaded at once: one op per item made every GPU
+// thread wait for a DRAM round trip per op (16 us of a 367 us find pass, bench/RESULTS.md, "the fixed cost
+// of a pass"). It clears kChunk entries `items` apart, so that a warp's stores fill whole lines.
 struct StartPass {
   static constexpr const char* kName = "StartPass";
+  static constexpr std::uint64_t kChunk = 16;
   BatchRef batch;
   std::uint32_t* groups;
-  std::uint64_t clear;
-  GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
-    if (i < clear) groups[i] = 0;
-    if (i < batch.size) tally.writes += batch.kind(i) != OpKind::kGet && batch.valid(i);
+  const Counters* counters;
+  std::uint64_t items;  // items_for(batch.size, a bound on the entries to clear)
+  static std::uint64_t items_for(std::uint64_t ops, std::uint64_t dirty) {
+    return ((ops > dirty ? ops : dirty) + kChunk - 1) / kChunk;
+  }
+  GPUKV_HD bool idle() const { return counters->halted != 0; }
+  GPUKV_HD void operator()(std::uint64_t item, Tally& tally) const {
+    const std::uint64_t clear = counters->dirty_groups;
+GPUKV_UNROLL
+    for (std::uint64_t j = 0; j < kChunk; ++j) {
+      if (item + j * items < clear) groups[item + j * items] = 0;
+    }
+    const std::uint64_t first = item * kChunk;
+    if (first >= batch.size) return;
+    std::uint8_t kinds[kChunk];
+GPUKV_UNROLL
+    for (std::uint64_t j = 0; j < kChunk; ++j) {
+      kinds[j] = first + j < batch.size ? batch.ops[first + j] : static_cast<std::uint8_t>(OpKind::kGet);
+    }
+    long long writes = 0;
+GPUKV_UNROLL
+    for (std::uint64_t j = 0; j < kChunk; ++j) {
+      writes += kinds[j] != static_cast<std::uint8_t>(OpKind::kGet) && batch.valid(first + j);
+    }
+    tally.writes += writes;
   }
 };
 
@@ -54,7 +117,7 @@ struct GroupOp {
   // Nothing to do in a pass without writes. Both executors ask once per thread or per step (Executor::
   // for_each) rather than once per op: launched over a pass's 4M ops to do nothing, GroupOp took 10 us of
   // a 367 us find pass (bench/RESULTS.md, "the fixed cost of a pass").
-  GPUKV_HD bool idle() const { return read_only(e.pass); }
+  GPUKV_HD bool idle() const { return e.pass.counters->halted != 0 || read_only(e.pass); }
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     if (idle()) return;  // the executors test it first; kept for any other caller
     if (!e.batch.valid(op)) {
@@ -110,6 +173,9 @@ struct ExecuteOp {
   static constexpr const char* kName = "ExecuteOp";
   static constexpr bool kProbes = true;  // probes the table: launched for residency (gpu_backend.cu)
   Engine<Ref> e;
+
+  // A halted pass (BeginPass) runs nothing. The host phase's walks (kWithHost) never ask.
+  GPUKV_HD bool idle() const { return e.pass.counters->halted != 0; }
 
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred).
@@ -333,6 +399,9 @@ struct CopyValues {
   BatchRef batch;
   const std::uint64_t* pending;
   std::uint32_t lanes;  // threads per op
+  const Counters* counters;
+  bool queued;  // queued ahead of the host: nothing to do unless the pass finishes on the device
+  GPUKV_HD bool idle() const { return queued && (host_first(*counters) || counters->pending == 0); }
   GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
     const std::uint64_t op = i / lanes;
     const std::uint32_t lane = static_cast<std::uint32_t>(i % lanes);
@@ -376,6 +445,9 @@ struct FinishPass {
   Ref table;
   Ref host;
   const std::uint64_t* pending;
+  const Counters* counters;
+  bool queued;  // as in CopyValues
+  GPUKV_HD bool idle() const { return queued && (host_first(*counters) || counters->pending == 0); }
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t p = pending[op];

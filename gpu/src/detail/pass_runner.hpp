@@ -9,6 +9,9 @@
 //   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
 //   read_counters()         wait for all submitted work, return the counters
 //   write_counters(c)       set the counters (ordered after submitted work)
+//   snapshot_counters(s)    copy the counters, once the work submitted so far is done, into readback slot s
+//                           (0 or 1) without waiting for it
+//   wait_snapshot(s)        wait for that copy and return it
 //   allocate(bytes, host)   scratch for clean-up (`host`: for the host tier, in host memory the kernels can
 //                           reach); an object with data(), empty() on failure
 #pragma once
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <optional>
 
 #include "cleanup.hpp"
 #include "export.hpp"
@@ -113,61 +117,49 @@ class PassRunner {
         crowded_tombstones_{device_limits.crowded_tombstones, host_limits.crowded_tombstones},
         cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
 
-  // Executes one pass, with scratch for at least batch.size ops. Returns when every result is written.
-  void run(const BatchRef& batch, const PassScratch& scratch) {
-    const std::uint64_t n = batch.size;
-    if (n == 0) return;
-    const std::uint64_t entries = group_entries(n);
-    known_.conflicts = 0;
-    known_.joined = 0;
-    known_.pending = 0;
-    known_.writes = 0;
-    known_.host_queued = 0;
-    exec_.write_counters(known_);
-    // If every op of the pass could insert a new key and still fit in the device tier, no op needs to
-    // reserve room atomically. Only a host tier that holds keys needs walking.
-    const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
-                       scratch.host_queue, counters_, max_items_, host_max_items_, known_.items + n > max_items_,
-                       known_.host_items != 0, copy_lanes_ != 0};
-    const Engine<Ref> engine{table_, host_, batch, pass};
-    // Grouping entries outside [0, dirty_groups_) are zero (the backends zero the table when they allocate
-    // it; a new one may come at the old address, which only makes this clear more than it must).
-    if (scratch.groups != groups_seen_) dirty_groups_ = 0;
-    groups_seen_ = scratch.groups;
-    exec_.for_each(std::max(n, dirty_groups_), StartPass{batch, scratch.groups, dirty_groups_});
-    exec_.for_each(n, GroupOp<Ref>{engine});
-    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
-    known_ = exec_.read_counters();
-    dirty_groups_ = known_.writes != 0 ? entries : 0;  // GroupOp fills the table only in a pass with writes
-    const std::uint64_t deferred = known_.conflicts;
-    if (deferred != 0) {
-      exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
-      exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
+  // Executes a batch as consecutive passes of at most `pass_ops` ops, with scratch for at least
+  // min(batch.size, pass_ops) ops. Returns when every result is written.
+  //
+  // Passes are queued one ahead of the host: while the device runs pass k, the host waits for the counters
+  // of pass k-1. A pass that deferred no op and left none to the host tier (the usual case) needs nothing
+  // more from the host, so the device does not wait for the host between passes: that round trip, and the
+  // launches after it, left the GPU idle for about 28 us of a 378 us find pass (bench/RESULTS.md, "the
+  // fixed cost of a pass"). A pass that did leave work to the host halts the pass queued after it
+  // (BeginPass); the host finishes the pass, then queues the halted one again.
+  void run(const BatchRef& batch, const PassScratch& scratch, std::uint64_t pass_ops) {
+    if (batch.size == 0) return;
+    if (scratch.groups != groups_seen_) {
+      // A new grouping table is all zero (the backends zero it when they allocate it). The first pass of a
+      // call is never halted (the last call finished every pass), so its BeginPass sees this.
+      groups_seen_ = scratch.groups;
+      fresh_groups_ = true;
+      dirty_bound_ = 0;
     }
-    const std::uint64_t host_ops = known_.host_queued;
-    if (host_ops != 0) {
-      if (host_phase_.ordered) {
-        exec_.for_each(host_ops, HostQueueKey<Ref>{engine});
-        exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+    const std::uint64_t passes = (batch.size + pass_ops - 1) / pass_ops;
+    std::optional<Queued> before;  // queued, not yet finished
+    for (std::uint64_t k = 0; k < passes;) {
+      const Queued pass = queue(batch.part(k * pass_ops, pass_ops), scratch, k + 1 < passes);
+      if (before) {
+        const bool halted = finish(*before, scratch);
+        before.reset();
+        if (halted) {  // `pass` did nothing: queue it again
+          maybe_cleanups();
+          continue;
+        }
+        if (cleanup_due()) {  // clean-up needs every queued pass finished
+          finish(pass, scratch);
+          maybe_cleanups();
+          ++k;
+          continue;
+        }
       }
-      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
+      before = pass;
+      ++k;
     }
-    // Once every op has written its pending[] entry. ExecuteOp's pending count includes the GETs it left to
-    // CopyValues and its new keys; the host phase may place new keys in the device tier too.
-    if (copy_lanes_ != 0 && (known_.pending != 0 || host_ops != 0)) {
-      exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_});
+    if (before) {
+      finish(*before, scratch);
+      maybe_cleanups();
     }
-    // FinishPass completes the pass: it publishes the new slots their writers left BUSY, and turns deleted
-    // ones into tombstones.
-    if (known_.pending != 0 || deferred != 0 || host_ops != 0) {
-      exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending});
-    }
-    // The later phases changed items and tombstones.
-    if (deferred != 0 || host_ops != 0) known_ = exec_.read_counters();
-    stats_.passes += 1;
-    stats_.conflict_ops += deferred;
-    maybe_cleanup(false);
-    if (has_host()) maybe_cleanup(true);
   }
 
   // Removes every tombstone of both tiers and re-places displaced keys. Returns false if a tier's scratch
@@ -227,6 +219,85 @@ class PassRunner {
   };
 
   bool has_host() const { return host_.units != 0; }
+
+  // A pass queued but not yet finished.
+  struct Queued {
+    BatchRef batch;
+    PassRef pass;
+    bool ahead;  // queued ahead of the host: CopyValues and FinishPass are queued too
+    int slot;    // its counters' readback slot
+  };
+
+  // Queues a pass: its steps up to the probing step, and the rest too if `ahead`; then the read-back of its
+  // counters. What a pass needs of the counters as it begins, BeginPass works out on the device.
+  Queued queue(const BatchRef& batch, const PassScratch& scratch, bool ahead) {
+    const std::uint64_t n = batch.size;
+    const std::uint64_t entries = group_entries(n);
+    const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
+                       scratch.host_queue, counters_, max_items_, host_max_items_, copy_lanes_ != 0};
+    const Engine<Ref> engine{table_, host_, batch, pass};
+    exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_});
+    fresh_groups_ = false;
+    // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
+    const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
+    exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
+    dirty_bound_ = std::max(dirty_bound_, entries);
+    exec_.for_each(n, GroupOp<Ref>{engine});
+    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
+    if (ahead) {
+      if (copy_lanes_ != 0) {
+        exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_, counters_, true});
+      }
+      exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending, counters_, true});
+    }
+    slot_ ^= 1;
+    exec_.snapshot_counters(slot_);
+    return Queued{batch, pass, ahead, slot_};
+  }
+
+  // Waits for a queued pass's counters and runs whatever it left to the host. Returns whether the pass
+  // queued after it was halted (it then did nothing, and must be queued again).
+  bool finish(const Queued& q, const PassScratch& scratch) {
+    known_ = exec_.wait_snapshot(q.slot);
+    const std::uint64_t n = q.batch.size;
+    const std::uint64_t deferred = known_.conflicts;
+    const std::uint64_t host_ops = known_.host_queued;
+    stats_.passes += 1;
+    stats_.conflict_ops += deferred;
+    const bool host_work = deferred != 0 || host_ops != 0;
+    if (q.ahead && !host_work) return false;  // finished on the device
+    const Engine<Ref> engine{table_, host_, q.batch, q.pass};
+    if (deferred != 0) {
+      exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
+      exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
+    }
+    if (host_ops != 0) {
+      if (host_phase_.ordered) {
+        exec_.for_each(host_ops, HostQueueKey<Ref>{engine});
+        exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+      }
+      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
+    }
+    // Once every op has written its pending[] entry. ExecuteOp's pending count includes the GETs it left to
+    // CopyValues and its new keys; the host phase may place new keys in the device tier too.
+    if (copy_lanes_ != 0 && (known_.pending != 0 || host_ops != 0)) {
+      exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, q.batch, scratch.pending, copy_lanes_, counters_, false});
+    }
+    // FinishPass completes the pass: it publishes the new slots their writers left BUSY, and turns deleted
+    // ones into tombstones.
+    if (known_.pending != 0 || host_work) {
+      exec_.for_each(n, FinishPass<Ref>{table_, host_, scratch.pending, counters_, false});
+    }
+    if (!host_work) return false;
+    // The later phases changed items and tombstones. The next pass may begin once these are clear.
+    known_ = exec_.read_counters();
+    known_.conflicts = 0;
+    known_.host_queued = 0;
+    known_.halted = 0;
+    exec_.write_counters(known_);
+    return q.ahead;
+  }
+
   unsigned long long& tombstones(bool in_host) { return in_host ? known_.host_tombstones : known_.tombstones; }
 
   // Whether the tier's tombstones have taken their share (TableConfig::cleanup_headroom, half by default) of
@@ -245,11 +316,24 @@ class PassRunner {
     return in_host ? host_capacity_ - host_max_items_ : capacity_ - max_items_;
   }
 
+  // Whether a tier's clean-up is due after the last finished pass.
+  bool cleanup_due(bool in_host) const {
+    const TierCleanup& c = cleanup_[in_host];
+    if (cleanup_holds_ != 0) return false;  // a scan is reading the slots; the next pass after it ends cleans
+    const std::uint64_t dead = in_host ? known_.host_tombstones : known_.tombstones;
+    return dead >= c.next || (crowded(in_host) && dead >= c.crowded_retry);
+  }
+  bool cleanup_due() const { return cleanup_due(false) || (has_host() && cleanup_due(true)); }
+
+  // Runs the clean-ups that are due; only with no pass queued.
+  void maybe_cleanups() {
+    maybe_cleanup(false);
+    if (has_host()) maybe_cleanup(true);
+  }
+
   void maybe_cleanup(bool in_host) {
     TierCleanup& c = cleanup_[in_host];
-    if (cleanup_holds_ != 0) return;  // a scan is reading the slots; the next pass after it ends cleans
-    const bool due = tombstones(in_host) >= c.next || (crowded(in_host) && tombstones(in_host) >= c.crowded_retry);
-    if (!due || cleanup_tier(in_host)) return;
+    if (!cleanup_due(in_host) || cleanup_tier(in_host)) return;
     stats_.cleanups_skipped += 1;
     // Try again once as many more have piled up (a crowded tier: once its headroom has lost another eighth).
     c.next = tombstones(in_host) + c.step;
@@ -303,9 +387,11 @@ class PassRunner {
   int host_sort_bits_;  // host-queue entries are below 2^host_sort_bits_
   const std::uint64_t crowded_tombstones_[2];  // device, host
   TierCleanup cleanup_[2];  // device, host
-  Counters known_{};  // the counters as of the end of the last pass
+  Counters known_{};  // the counters as of the end of the last finished pass
   const std::uint32_t* groups_seen_ = nullptr;  // the grouping table of the last pass
-  std::uint64_t dirty_groups_ = 0;              // its entries [0, dirty_groups_) may be non-zero
+  bool fresh_groups_ = false;                   // it is new: no pass has used it yet
+  std::uint64_t dirty_bound_ = 0;               // its entries at or past this one are zero
+  int slot_ = 0;                                // the readback slot of the last pass queued
   PassStats stats_;
   std::uint64_t cleanup_holds_ = 0;
 };
