@@ -124,6 +124,35 @@ TEST_P(TableEdgeTest, PassesOfOneBatchSeeEveryEarlierPassComplete) {
   model.check_contents(table);
 }
 
+// Promise: in a pass with writes, a GET sees exactly the writes of its key before it in the batch, also
+// when the write and the GET run at the same moment (ops 2048 apart: different worker threads on the CPU,
+// different warps on the GPU).
+TEST_P(TableEdgeTest, GetsSeeExactlyTheWritesBeforeThemInTheirPass) {
+  constexpr std::size_t kRun = 2048, kBlocks = 12;
+  Table table(config(8, 8, 4 * kRun * kBlocks));
+  Model model(table.stats().device.max_items);
+  Generator gen(23, 8, 8);
+  const auto keys = gen.unique_keys(kRun * kBlocks);
+  std::vector<Op> fill;
+  for (std::size_t i = 0; i < keys.size() / 2; ++i) fill.push_back(put(keys[i], gen.value()));
+  model.run(table, fill);  // half the keys present: the writes below both insert and overwrite
+  std::vector<Op> ops;
+  for (std::size_t b = 0; b < kBlocks; ++b) {
+    const bool writes_first = b % 2 == 0;
+    for (int half = 0; half < 2; ++half) {
+      for (std::size_t i = 0; i < kRun; ++i) {
+        // The second half in reverse: its first ops meet the keys the first half reaches last.
+        const std::size_t at = half == 0 ? i : kRun - 1 - i;
+        const std::string& k = keys[(b * kRun + at * 7919) % keys.size()];
+        const bool write = (half == 0) == writes_first;
+        ops.push_back(!write ? get(k) : i % 5 == 0 ? del(k) : put(k, gen.value()));
+      }
+    }
+  }
+  model.run(table, ops);
+  model.check_contents(table);
+}
+
 TEST_P(TableEdgeTest, FullTableRefusesNewKeysAndKeepsEverything) {
   Table table(config(8, 8, 200));
   const std::uint64_t max_items = table.stats().device.max_items;
