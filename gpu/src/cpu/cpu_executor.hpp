@@ -36,13 +36,14 @@ class CpuExecutor {
   // ops (the probing step: F::Planned, plan(i), prefetch(i, planned, stage)) gets each op's prefetches run
   // ahead of it, from a plan worked out once per op and kept in a ring until the op runs.
   template <class F>
-  void for_each(std::uint64_t n, const F& f, std::uint32_t /*gpu_threads*/ = 0) {
-    if constexpr (requires { f.idle(); }) {
-      if (f.idle()) return;  // the step before has joined, so the answer is final
+  void for_each(std::uint64_t n, const F& step, std::uint32_t /*gpu_threads*/ = 0) {
+    if constexpr (requires { step.idle(); }) {
+      if (step.idle()) return;  // the step before has joined, so the answer is final
     }
-    constexpr std::uint64_t grain = requires { F::kProbes; } ? kGrain : kLightGrain;
+    constexpr std::uint64_t grain = (requires { F::kProbes; } ? kGrain : kLightGrain) / ops_per_item<F>();
     pool_.parallel_for(n, grain, [&](std::uint64_t begin, std::uint64_t end) {
       Tally tally;
+      const auto& f = bound(step);
       if constexpr (requires { typename F::Planned; }) {
         constexpr std::uint64_t d = kPrefetchDistance;
         constexpr std::uint64_t ring = 4 * d;  // holds an op from its stage 0 (2d ahead) until it runs
@@ -81,6 +82,26 @@ class CpuExecutor {
   HostBuffer allocate(std::uint64_t bytes, bool /*host_tier*/) { return HostBuffer(bytes, /*nothrow=*/true); }
 
  private:
+  // A step whose item covers several ops (StartPass::kChunk) gets as many ops to a chunk as any other.
+  template <class F>
+  static constexpr std::uint64_t ops_per_item() {
+    if constexpr (requires { F::kChunk; }) {
+      return F::kChunk;
+    } else {
+      return 1;
+    }
+  }
+
+  // The step with the pass's flags from the counters, if it reads them (PassRef::bound): once per chunk.
+  template <class F>
+  static auto bound(const F& step) {
+    if constexpr (requires { step.bound(); }) {
+      return step.bound();
+    } else {
+      return step;
+    }
+  }
+
   void add(const Tally& t) {
     add_tally(t, counters_, [](long long delta, unsigned long long* counter) {
       // Two's-complement wrap makes adding a negative delta to an unsigned counter exact.

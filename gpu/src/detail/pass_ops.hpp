@@ -176,6 +176,12 @@ struct ExecuteOp {
 
   // A halted pass (BeginPass) runs nothing. The host phase's walks (kWithHost) never ask.
   GPUKV_HD bool idle() const { return e.pass.counters->halted != 0; }
+  // With the pass's flags from the counters (PassRef::bound): the executors run this copy.
+  GPUKV_HD ExecuteOp bound() const {
+    ExecuteOp f = *this;
+    f.e.pass = e.pass.bound();
+    return f;
+  }
 
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred).
@@ -308,6 +314,7 @@ struct ExecuteHostOp {
   static constexpr bool kProbes = true;
   ExecuteOp<Ref, true> execute;
   const std::uint64_t* queue;
+  GPUKV_HD ExecuteHostOp bound() const { return ExecuteHostOp{execute.bound(), queue}; }
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
     const std::uint64_t op = queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1);
     Probe p;
@@ -364,6 +371,11 @@ struct ExecuteSegment {
   static constexpr bool kProbes = true;
   Engine<Ref> e;
   std::uint64_t count;  // deferred ops, sorted
+  GPUKV_HD ExecuteSegment bound() const {
+    ExecuteSegment f = *this;
+    f.e.pass = e.pass.bound();
+    return f;
+  }
   GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
     const std::uint64_t* sorted = e.pass.conflicts;
     const std::uint32_t entry = deferred_entry(sorted[begin]);

@@ -128,6 +128,16 @@ class PassRunner {
   // (BeginPass); the host finishes the pass, then queues the halted one again.
   void run(const BatchRef& batch, const PassScratch& scratch, std::uint64_t pass_ops) {
     if (batch.size == 0) return;
+    if (unfinished_) {
+      // The last call threw (a CUDA error, no memory for the sort) and may have left a pass's host work
+      // marked undone, which would halt every pass from now on: finish what the device holds and clear it.
+      known_ = exec_.read_counters();
+      known_.conflicts = 0;
+      known_.host_queued = 0;
+      known_.halted = 0;
+      exec_.write_counters(known_);
+    }
+    unfinished_ = true;
     if (scratch.groups != groups_seen_) {
       // A new grouping table is all zero (the backends zero it when they allocate it). The first pass of a
       // call is never halted (the last call finished every pass), so its BeginPass sees this.
@@ -160,6 +170,7 @@ class PassRunner {
       finish(*before, scratch);
       maybe_cleanups();
     }
+    unfinished_ = false;
   }
 
   // Removes every tombstone of both tiers and re-places displaced keys. Returns false if a tier's scratch
@@ -392,6 +403,7 @@ class PassRunner {
   bool fresh_groups_ = false;                   // it is new: no pass has used it yet
   std::uint64_t dirty_bound_ = 0;               // its entries at or past this one are zero
   int slot_ = 0;                                // the readback slot of the last pass queued
+  bool unfinished_ = false;                     // a call is under way, or the last one threw
   PassStats stats_;
   std::uint64_t cleanup_holds_ = 0;
 };
