@@ -72,11 +72,7 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
     if (f.idle()) return;  // the same answer in every thread, and nothing to tally
   }
   Tally tally;
-  if constexpr (requires { f.bound(); }) {
-    grid_stride(n, f.bound(), tally);
-  } else {
-    grid_stride(n, f, tally);
-  }
+  grid_stride(n, f, tally);
   flush_tally(tally, counters);
 }
 
@@ -90,7 +86,7 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
   wait_for_earlier_kernels();
   if (f.idle() || policy.collaborative(*counters)) return;
   Tally tally;
-  grid_stride(n, f.bound(), tally);
+  grid_stride(n, f, tally);
   flush_tally(tally, counters);
 }
 
@@ -100,7 +96,7 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
   wait_for_earlier_kernels();
   if (f.idle() || !policy.collaborative(*counters)) return;
   Tally tally;
-  clstash_execute<kBlockThreads>(n, f.bound(), tally);
+  clstash_execute<kBlockThreads>(n, f, tally);
   flush_tally(tally, counters);
 }
 

@@ -168,17 +168,34 @@ struct PassRef {
   Counters* counters;
   std::uint64_t max_items;       // device tier
   std::uint64_t host_max_items;  // host tier (0 if there is none)
-  // Counters::checked and host_live as BeginPass set them for the pass, copied in by bound() once per GPU
-  // thread or host chunk, so that an op tests a register rather than loading the counters again (on the
-  // host the load cost finds 4-9%: bench/RESULTS.md, "a pass's fixed cost").
-  bool checked;
-  bool host_live;
   // A GET of a key alone in the pass that finds its value in the device tier, and a PUT of a key alone in
   // the pass that writes a device-tier slot (a new one, or its key's own), leave the value's copy to
   // CopyValues, whose threads move a wide value together, rather than copying it word by word themselves.
   bool copy_later;
+  // Counters::checked and host_live as BeginPass set them for the pass, copied in by bound() once per host
+  // chunk: loaded from the counters for every op, they cost the CPU backend 4-9% on finds. A GPU thread
+  // loads them for every op (an L1 hit): a bound copy of the step cost the clStash kernel a local-memory copy
+  // of the whole step, the mixed batch 2-5% (bench/RESULTS.md, "a pass's fixed cost"). Read them through
+  // reserves() and walks_host().
+  bool checked;
+  bool host_live;
 
-  GPUKV_HD_INLINE PassRef bound() const {
+  GPUKV_HD_INLINE bool reserves() const {
+#if defined(__CUDA_ARCH__)
+    return counters->checked != 0;
+#else
+    return checked;
+#endif
+  }
+  GPUKV_HD_INLINE bool walks_host() const {
+#if defined(__CUDA_ARCH__)
+    return counters->host_live != 0;
+#else
+    return host_live;
+#endif
+  }
+
+  PassRef bound() const {
     PassRef p = *this;
     p.checked = counters->checked != 0;
     p.host_live = counters->host_live != 0;

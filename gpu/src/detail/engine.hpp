@@ -207,7 +207,7 @@ struct Engine {
   // hold the key: walked now, or (kWithHost false) left to the host phase. Returns true if the walk is over.
   template <bool kWithHost>
   GPUKV_HD_INLINE bool end_of_tier(Probe& p) const {
-    if (p.at.in_host || !pass.host_live) return true;
+    if (p.at.in_host || !pass.walks_host()) return true;
     if constexpr (!kWithHost) {
       p.at.to_host = true;
       return true;
@@ -223,7 +223,7 @@ struct Engine {
   // Counts a new key against its tier's max_items. Unchecked passes cannot overflow the device tier (there
   // was room for every op when the pass began).
   GPUKV_HD bool reserve(bool in_host, Tally& tally) const {
-    if (!pass.checked && !in_host) {
+    if (!pass.reserves() && !in_host) {
       tally.items += 1;
       return true;
     }
@@ -233,7 +233,7 @@ struct Engine {
     return false;
   }
   GPUKV_HD void unreserve(bool in_host, Tally& tally) const {
-    if (!pass.checked && !in_host) {
+    if (!pass.reserves() && !in_host) {
       tally.items -= 1;
     } else {
       atomic_ref<unsigned long long>(in_host ? pass.counters->host_items : pass.counters->items)
@@ -243,7 +243,7 @@ struct Engine {
 
   // True if a new key would now go to the host tier: the device tier is at its maximum load.
   GPUKV_HD bool device_full() const {
-    return pass.checked &&
+    return pass.reserves() &&
            atomic_ref<unsigned long long>(pass.counters->items).load(memory_order_relaxed) >= pass.max_items;
   }
   // The host-tier slot where a new key's claim would begin.

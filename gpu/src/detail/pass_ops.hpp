@@ -176,8 +176,8 @@ struct ExecuteOp {
 
   // A halted pass (BeginPass) runs nothing. The host phase's walks (kWithHost) never ask.
   GPUKV_HD bool idle() const { return e.pass.counters->halted != 0; }
-  // With the pass's flags from the counters (PassRef::bound): the executors run this copy.
-  GPUKV_HD ExecuteOp bound() const {
+  // With the pass's flags from the counters (PassRef::bound): the CPU executor runs this copy.
+  ExecuteOp bound() const {
     ExecuteOp f = *this;
     f.e.pass = e.pass.bound();
     return f;
@@ -314,7 +314,7 @@ struct ExecuteHostOp {
   static constexpr bool kProbes = true;
   ExecuteOp<Ref, true> execute;
   const std::uint64_t* queue;
-  GPUKV_HD ExecuteHostOp bound() const { return ExecuteHostOp{execute.bound(), queue}; }
+  ExecuteHostOp bound() const { return ExecuteHostOp{execute.bound(), queue}; }
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
     const std::uint64_t op = queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1);
     Probe p;
@@ -371,7 +371,7 @@ struct ExecuteSegment {
   static constexpr bool kProbes = true;
   Engine<Ref> e;
   std::uint64_t count;  // deferred ops, sorted
-  GPUKV_HD ExecuteSegment bound() const {
+  ExecuteSegment bound() const {
     ExecuteSegment f = *this;
     f.e.pass = e.pass.bound();
     return f;

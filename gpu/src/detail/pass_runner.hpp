@@ -245,7 +245,8 @@ class PassRunner {
     const std::uint64_t n = batch.size;
     const std::uint64_t entries = group_entries(n);
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
-                       scratch.host_queue, counters_, max_items_, host_max_items_, copy_lanes_ != 0};
+                       scratch.host_queue, counters_, max_items_, host_max_items_, copy_lanes_ != 0,
+                       /*checked=*/false, /*host_live=*/false};  // set per pass: PassRef::bound()
     const Engine<Ref> engine{table_, host_, batch, pass};
     exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_});
     fresh_groups_ = false;
