@@ -122,10 +122,11 @@ class PassRunner {
   //
   // Passes are queued one ahead of the host: while the device runs pass k, the host waits for the counters
   // of pass k-1. A pass that deferred no op and left none to the host tier (the usual case) needs nothing
-  // more from the host, so the device does not wait for the host between passes: that round trip, and the
-  // launches after it, left the GPU idle for about 28 us of a 378 us find pass (bench/RESULTS.md, "the
-  // fixed cost of a pass"). A pass that did leave work to the host halts the pass queued after it
-  // (BeginPass); the host finishes the pass, then queues the halted one again.
+  // more from the host, so the device does not wait for the host's round trip between passes (1.00-1.03x
+  // on the GPU with passes of 4M ops; most of the idle time between passes was the launches, which
+  // CudaExecutor now starts early: bench/RESULTS.md, "a pass's fixed cost"). A pass that did leave work to
+  // the host halts the pass queued after it (BeginPass); the host finishes the pass, then queues the halted
+  // one again.
   void run(const BatchRef& batch, const PassScratch& scratch, std::uint64_t pass_ops) {
     if (batch.size == 0) return;
     if (unfinished_) {
@@ -246,7 +247,7 @@ class PassRunner {
     const std::uint64_t entries = group_entries(n);
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
                        scratch.host_queue, counters_, max_items_, host_max_items_, copy_lanes_ != 0,
-                       /*checked=*/false, /*host_live=*/false};  // set per pass: PassRef::bound()
+                       /*checked=*/false, /*host_live=*/false};  // BeginPass sets them: PassRef::reserves()
     const Engine<Ref> engine{table_, host_, batch, pass};
     exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_});
     fresh_groups_ = false;
