@@ -23,5 +23,3 @@ namespace gpukv::detail {
     if (gpukv_err_ != cudaSuccess) ::gpukv::detail::throw_cuda(gpukv_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
-// After a kernel launch: reports a bad launch configuration at once (sticky faults surface at the next sync).
-#define GPUKV_CUDA_CHECK_LAUNCH() GPUKV_CUDA_CHECK(cudaGetLastError())
