@@ -31,6 +31,9 @@ struct ModelCase {
   bool order_host = true;           // the host phase sorted by host address (else in batch order)
   std::uint32_t host_phase_threads = 0;
   SlotLayout layout = SlotLayout::kBoard;  // the device tier's
+  // Every third batch only writes: on the GPU, a line then publishes new keys while the pass runs and
+  // compares keys from L2 (Engine::compares_in_l2), where a batch with GETs leaves them to FinishPass.
+  bool write_batches = false;
 };
 
 std::string case_name(const ModelCase& c) {
@@ -40,7 +43,8 @@ std::string case_name(const ModelCase& c) {
          to_string(c.lanes) + (c.host_capacity != 0 ? "_host" + std::to_string(c.host_capacity) : "") +
          (c.order_host ? "" : "_unordered") +
          (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "") +
-         (c.layout != SlotLayout::kBoard ? std::string("_") + to_string(c.layout) : "");
+         (c.layout != SlotLayout::kBoard ? std::string("_") + to_string(c.layout) : "") +
+         (c.write_batches ? "_writebatches" : "");
 }
 std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
 // How gtest prints a case (its default dumps the struct's bytes, padding included).
@@ -93,8 +97,10 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
       filling = true;
       fulls_before = model.fulls();
     }
-    // Write-heavy while filling, delete-heavy while draining; always some of everything.
-    const double put = filling ? 0.55 : 0.20, pia = 0.10, get = filling ? 0.25 : 0.35;
+    // Write-heavy while filling, delete-heavy while draining; some of everything, but for the batches of
+    // writes alone that write_batches asks for.
+    const bool writes_only = c.write_batches && batch_no % 3 == 0;
+    const double put = filling ? 0.55 : 0.20, pia = 0.10, get = writes_only ? 0.0 : filling ? 0.25 : 0.35;
     const std::uint32_t size_class = gen.next(10);
     const std::uint64_t n = size_class == 0 ? 1 : size_class < 4 ? 1 + gen.next(64) : 1 + gen.next(4096);
     std::vector<Op> ops;
@@ -196,6 +202,11 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
   lined({backend, 16, 16, 8, Probing::kGroup, 2000, ops(150000), 1 << 20, 0, /*max_load=*/1.0});
   lined({backend, 8, 8, 8, Probing::kGroup, 60000, ops(1000000)});
   lined({backend, 8, 8, 8, Probing::kGroup, 1000, ops(250000)}, 3000);
+  for (std::uint32_t key_width : {8u, 16u}) {
+    ModelCase writes{backend, key_width, 8, 8, Probing::kGroup, 20000, ops(400000)};
+    writes.write_batches = true;
+    lined(writes);
+  }
   if (backend == BackendKind::kGpu) {
     // Both lane schedules of the GPU's probing kernel, each on its own for the whole sequence.
     for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {

@@ -67,15 +67,18 @@ class CudaExecutor {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
-    if (policy.mode != LaneMode::kClStash) {
-      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<stash_kernel<Ref>>(sm_count_)));
-      launch(stash_kernel<Ref>, grid, n, f, policy, counters_);
-    }
-    if (policy.mode != LaneMode::kStash) {
-      const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<clstash_kernel<Ref>>(sm_count_)));
-      launch(clstash_kernel<Ref>, grid, n, f, policy, counters_);
-    }
+    if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, false>>(n, f, policy, needed);
+    if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref>>(n, f, policy, needed);
+    // A line's passes of inserts (Engine::compares_in_l2); a board's compares never read from L2.
+    if (!f.e.table.slots_own_sectors()) launch_probing<stash_kernel<Ref, true>>(n, f, policy, needed);
     clock_.end(stream_);
+  }
+
+  // One probing kernel over a grid of resident blocks.
+  template <auto Kernel, class Ref>
+  void launch_probing(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy, std::uint64_t needed) {
+    const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<Kernel>(sm_count_)));
+    launch(Kernel, grid, n, f, policy, counters_);
   }
 
   void zero(void* p, std::uint64_t bytes) {

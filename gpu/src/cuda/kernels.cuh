@@ -80,13 +80,19 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
 // (the same values in every thread) and returns at once unless the hybrid picked it (or the pass is
 // halted). Two kernels rather than one with a branch, so that clStash's register pressure does not spill
 // into the Stash loop.
-template <class Ref>
+//
+// A line's passes of inserts compare keys from L2 (Engine::compares_in_l2): a third kernel, launched for a
+// line's tables only, runs them, with Stash lanes whatever the policy (which picks Stash for such passes
+// under group probing, the only probing a line has). A kernel apart, not a branch in one kernel: with both
+// walk loops in one kernel, board inserts, which never read from L2, ran 5% slower (bench/RESULTS.md, "a
+// line's new keys published in the pass").
+template <class Ref, bool kFromL2>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
-  if (f.idle() || policy.collaborative(*counters)) return;
+  if (f.idle() || f.compares_in_l2() != kFromL2 || (!kFromL2 && policy.collaborative(*counters))) return;
   Tally tally;
-  grid_stride(n, f, tally);
+  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run<kFromL2>(op, t); }, tally);
   flush_tally(tally, counters);
 }
 
@@ -94,7 +100,7 @@ template <class Ref>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
     clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
-  if (f.idle() || !policy.collaborative(*counters)) return;
+  if (f.idle() || f.compares_in_l2() || !policy.collaborative(*counters)) return;
   Tally tally;
   clstash_execute<kBlockThreads>(n, f, tally);
   flush_tally(tally, counters);

@@ -87,6 +87,8 @@ struct Counters {
   // Set by BeginPass for the pass, from the counters as the pass begins:
   unsigned long long checked;    // reserve each new key against max_items (the pass may fill the device tier)
   unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too
+  unsigned long long inserting;  // the last pass that ran added a key for at least half its writes
+  unsigned long long pass_items;  // items + host_items as that pass began
 };
 
 // What one thread changed, summed over its share of a pass and added to the Counters once.

@@ -24,13 +24,15 @@
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
 //  * No lookup sees a half-written key or value. A new key's slot stays BUSY (skipped by every lookup) while
-//    it is written. On the GPU's board layout, its writer then publishes it with a release (Board::publish;
-//    Board::load says why lookups of this kernel then see all of it). A new slot in a line, in the host tier
-//    or on the CPU backend, and one whose value CopyValues writes later, stays BUSY until FinishPass
-//    publishes it after the pass. A deleted slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody
-//    can reuse it and rewrite its key while a reader that saw its old FULL ticket compares against it. An
-//    overwrite rewrites only the value, which only the key's own thread reads. Everything else is ordered by
-//    kernel boundaries (on the CPU backend, by the thread pool's join at the end of each step).
+//    it is written. On the GPU's board, and in a line by a kernel whose compares read from L2 (the probing
+//    step of a pass of inserts: compares_in_l2; the ordered and the host phase), its writer then publishes
+//    it with a release (Board::publish; Board::load says why lookups of this kernel then see all of it, and
+//    TableRef::key_equals why a line's compares must then read from L2). Any other new slot, and one whose
+//    value CopyValues writes later, stays BUSY until FinishPass publishes it after the pass. A deleted slot
+//    stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while a
+//    reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
+//    only the key's own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend,
+//    by the thread pool's join at the end of each step).
 #pragma once
 
 #include <cstdint>
@@ -143,18 +145,39 @@ struct Engine {
   // kWithHost false the walk covers the device tier only and, where the host tier would be next, ends with
   // at.to_host set: the probing kernels leave every host access to the host phase (pass_ops.hpp), so their
   // hot loop carries none of the host tier's registers.
-  template <bool kWithHost = true>
+  //
+  // kFromL2: the device tier's key compares read from L2 (TableRef::key_equals), as a walk must on the GPU
+  // where compares_in_l2() says so. A template parameter, chosen once per thread by the kernel, rather than
+  // a test at every compare: that test, though the same in every lane, halved the lanes active per
+  // instruction in the probing loop and cost finds up to 56% (bench/RESULTS.md, "a line's new keys
+  // published in the pass").
+  template <bool kWithHost = true, bool kFromL2 = false>
   GPUKV_HD bool step(Probe& p, Tally& tally) const {
     if constexpr (kWithHost) {
       // Two instantiations rather than a tier chosen at run time: neither the tiers nor the tally are ever
       // selected by reference, which would move them from registers to local memory.
-      return p.at.in_host ? step_in<true, true>(host, p, tally) : step_in<false, true>(table, p, tally);
+      return p.at.in_host ? step_in<true, true, false>(host, p, tally)
+                          : step_in<false, true, kFromL2>(table, p, tally);
     } else {
-      return step_in<false, false>(table, p, tally);
+      return step_in<false, false, kFromL2>(table, p, tally);
     }
   }
 
-  template <bool kHost, bool kWithHost>
+  // Whether the probing step's device-tier compares read from L2 (step's kFromL2, picked by the kernel): on
+  // the GPU, in a line, during a pass of inserts, one whose every op writes while writes add keys
+  // (Counters::inserting). A kernel whose compares read from L2 publishes its new keys in the pass (commit).
+  // A line's other passes keep FinishPass, because their compares through L1 are faster: by 7% for a mixed
+  // batch's GETs, up to 10% for overwrites (bench/RESULTS.md, "a line's new keys published in the pass").
+  GPUKV_HD_INLINE bool compares_in_l2() const {
+#if defined(__CUDA_ARCH__)
+    const Counters& c = *pass.counters;
+    return !table.slots_own_sectors() && c.inserting != 0 && c.writes == batch.size;
+#else
+    return false;
+#endif
+  }
+
+  template <bool kHost, bool kWithHost, bool kFromL2>
   GPUKV_HD_INLINE bool step_in(const Ref& t, Probe& p, Tally& tally) const {
     if (p.probe >= t.units) return end_of_tier<kWithHost>(p);
     const std::uint64_t word = t.word_of(p.unit);
@@ -181,7 +204,7 @@ struct Engine {
     for (std::uint64_t m = matches; m != 0; m &= m - 1) {
       const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
       if constexpr (kHost) tally.host_reads += 1;
-      if (t.key_equals(slot, p.key)) {
+      if (t.template key_equals<kFromL2>(slot, p.key)) {
         p.at.hit = true;
         p.at.slot = slot;
         return true;
@@ -293,21 +316,22 @@ struct Engine {
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
   // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn); Ops::kAlone says whether
   // the key has exactly one op in the pass. `tickets` is first_tickets(plan).
-  template <class Ops>
+  // kFromL2: as in step (the caller's choice).
+  template <bool kFromL2, class Ops>
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
                         Tally& tally) const {
     Probe p = start(key, plan, tickets);
-    while (!step<true>(p, tally)) {
+    while (!step<true, kFromL2>(p, tally)) {
     }
-    apply<true>(p, ops, tally);
+    apply<true, kFromL2>(p, ops, tally);
   }
 
   // Applies a key's ops, in order, once its walk is over (step<kWithHost>() returned true). Returns true.
   // kWithHost false (the probing kernels: one op, walked in the device tier only): returns false, having
   // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
   // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
-  // registers are tight.
-  template <bool kWithHost, class Ops>
+  // registers are tight. kFromL2: the walk's (step), which says whether a new key may be published now.
+  template <bool kWithHost, bool kFromL2 = false, class Ops>
   GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
     if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
@@ -374,7 +398,7 @@ struct Engine {
     // published at once (see the invariants above), stays BUSY until FinishPass sets the code recorded here.
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
-      pending = commit<true>(host, p, slot, claimed, present, written, value, tally);
+      pending = commit<true, kFromL2>(host, p, slot, claimed, present, written, value, tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
       table.store_key(slot, p.key, value.len);
@@ -383,7 +407,7 @@ struct Engine {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
       pending = kPendingOverwrite | (slot << 8);
     } else {
-      pending = commit<false>(table, p, slot, claimed, present, written, value, tally);
+      pending = commit<false, kFromL2>(table, p, slot, claimed, present, written, value, tally);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (pending != kNothingPending) tally.pending += 1;
@@ -392,7 +416,7 @@ struct Engine {
   }
 
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()).
-  template <bool kHost>
+  template <bool kHost, bool kFromL2>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
                                        bool written, const ValueIn& value, Tally& tally) const {
     const auto forget = [&] {  // the key's slot becomes a tombstone
@@ -414,10 +438,12 @@ struct Engine {
       }
 #if defined(__CUDA_ARCH__)
       // Published now, while the claim's line is still in L2: at the pass's end it would cost a second random
-      // atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots"). GPU code only:
-      // the CPU backend never publishes in the pass, and this branch compiled into its probing loop, though
-      // never taken, cost its misses in small batches 9%.
-      if (!kHost && t.slots_own_sectors()) {
+      // atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots"). On a board, or
+      // by a kernel whose compares read from L2 (kFromL2): a line's slots share sectors, so lookups that
+      // compare through L1 could see part of a slot from before it was written (TableRef::key_equals). GPU
+      // code only: the CPU backend never publishes in the pass, and this branch compiled into its probing
+      // loop, though never taken, cost its misses in small batches 9%.
+      if (!kHost && (kFromL2 || t.slots_own_sectors())) {
         t.board.publish(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code);
         return kNothingPending;
       }

@@ -59,6 +59,11 @@ struct BeginPass {
     // reserve room atomically. Only a host tier that holds keys needs walking.
     c.checked = c.items + ops > max_items;
     c.host_live = c.host_items != 0;
+    // Whether writes are taken to insert: a line then publishes a pass's new keys as they are written if
+    // the pass only writes (Engine::compares_in_l2). `writes` still counts the last pass's.
+    const unsigned long long live = c.items + c.host_items;
+    c.inserting = live >= c.pass_items && 2 * (live - c.pass_items) >= c.writes;
+    c.pass_items = live;
     c.writes = 0;
     c.joined = 0;
     c.pending = 0;
@@ -220,12 +225,19 @@ struct ExecuteOp {
     return begin_walk(op, entry, planned.key, planned.plan, p);
   }
 
-  GPUKV_HD_INLINE bool step(Probe& p, Tally& tally) const { return e.template step<kWithHost>(p, tally); }
+  // kFromL2: as in Engine::step; the kernel picks it once per thread from compares_in_l2().
+  template <bool kFromL2 = false>
+  GPUKV_HD_INLINE bool step(Probe& p, Tally& tally) const {
+    return e.template step<kWithHost, kFromL2>(p, tally);
+  }
+  GPUKV_HD_INLINE bool compares_in_l2() const { return e.compares_in_l2(); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
+  // kFromL2: the walk's (step).
+  template <bool kFromL2 = false>
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
     if constexpr (kWithHost) {
-      e.template apply<true>(p, OneOp{op, in}, tally);
-    } else if (defer_to_host(p, in) || !e.template apply<false>(p, OneOp{op, in}, tally)) {
+      e.template apply<true, kFromL2>(p, OneOp{op, in}, tally);
+    } else if (defer_to_host(p, in) || !e.template apply<false, kFromL2>(p, OneOp{op, in}, tally)) {
       // Its host address is added by HostQueueKey: computing it here would cost the probing kernels registers.
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     }
@@ -244,10 +256,12 @@ struct ExecuteOp {
   void prefetch(std::uint64_t, const Planned& planned, int stage) const { e.prefetch_walk(planned.plan, stage); }
 
   // Stash: one walk per thread.
-  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+  template <bool kFromL2 = false>
+  GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
-    if (begin(op, p)) walk(op, p, tally);
+    if (begin(op, p)) walk<kFromL2>(op, p, tally);
   }
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const { run(op, tally); }
   // The same for an op CpuExecutor has planned.
   void operator()(std::uint64_t op, const Planned& planned, Tally& tally) const {
     Probe p;
@@ -284,11 +298,12 @@ struct ExecuteOp {
   }
   // Walks a begun op to its end and applies it. The op's kind and value are loaded before the walk, so that
   // their latency hides behind it rather than following the claim.
+  template <bool kFromL2 = false>
   GPUKV_HD_INLINE void walk(std::uint64_t op, Probe& p, Tally& tally) const {
     const OpIn in = load_op(e.batch, op);
-    while (!step(p, tally)) {
+    while (!step<kFromL2>(p, tally)) {
     }
-    finish(op, p, in, tally);
+    finish<kFromL2>(op, p, in, tally);
   }
 };
 
@@ -321,9 +336,12 @@ struct ExecuteHostOp {
     if (!execute.begin(op, p)) return;
     const OpIn in = load_op(execute.e.batch, op);
     if (in.kind == OpKind::kGet || in.kind == OpKind::kDelete) execute.e.start_host_walk(p);
-    while (!execute.step(p, tally)) {
+    // Device-tier compares from L2 in every layout (Engine::step), so that a line's new keys are published
+    // at once here too. On a board they could read through L1, but only inserts walk the device tier here,
+    // and a compare on their walk is rare: one instantiation less.
+    while (!execute.template step<true>(p, tally)) {
     }
-    execute.finish(op, p, in, tally);
+    execute.template finish<true>(op, p, in, tally);
   }
 };
 
@@ -376,7 +394,19 @@ struct ExecuteSegment {
     f.e.pass = e.pass.bound();
     return f;
   }
+  // Compares through L1 on a board; from L2 in a line, whose new keys this step then publishes at once
+  // (Engine::step). The same in every thread.
   GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
+    if (e.table.slots_own_sectors()) {
+      run<false>(begin, tally);
+    } else {
+      run<true>(begin, tally);
+    }
+  }
+
+ private:
+  template <bool kFromL2>
+  GPUKV_HD void run(std::uint64_t begin, Tally& tally) const {
     const std::uint64_t* sorted = e.pass.conflicts;
     const std::uint32_t entry = deferred_entry(sorted[begin]);
     if (begin > 0 && deferred_entry(sorted[begin - 1]) == entry) return;
@@ -392,7 +422,8 @@ struct ExecuteSegment {
       }
       if (seen) continue;
       const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
-      e.run_key(key, plan, e.first_tickets(plan), SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key}, tally);
+      e.template run_key<kFromL2>(key, plan, e.first_tickets(plan),
+                                  SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key}, tally);
     }
   }
 };

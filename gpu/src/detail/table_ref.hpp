@@ -87,10 +87,10 @@ struct TableRef {
     return word * Codec::kPerWord + static_cast<std::uint64_t>(field);
   }
 
-  // Whether every slot has its 32-byte sectors to itself, as on a board (the stride is whole sectors). Then
-  // a new key's writer on the GPU may publish its slot during the pass (Board::load says why). In a line,
-  // slots share sectors with their neighbours, so a lookup's L1 may hold part of a new slot from before it
-  // was written.
+  // Whether every slot has its 32-byte sectors to itself, as on a board (the stride is whole sectors). In a
+  // line, slots share sectors with their neighbours, so a lookup's L1 may hold part of a slot published
+  // during the pass from before it was written: a kernel that publishes a line's new keys compares keys
+  // from L2 (key_equals).
   GPUKV_HD_INLINE bool slots_own_sectors() const { return board.stride == 1; }
 
   GPUKV_HD_INLINE static std::uint8_t tag_of(std::uint32_t info) { return static_cast<std::uint8_t>(info); }
@@ -113,7 +113,32 @@ struct TableRef {
 
   // Whether slot `index` holds key `k`. The length and the key words are loaded before either is tested, so
   // that one memory round trip brings both.
+  //
+  // kFromL2 (GPU code): load them from L2 (ld.global.cg), past the SM's L1. In a line, slots share sectors
+  // with their neighbours, and a pass of inserts publishes new slots while it runs (Engine::commit): the L1
+  // may hold a sector read before its new slot was written, and a compare against that copy could match a
+  // key the slot no longer holds. L2 has the slot's bytes before its ticket turns FULL (the writer's
+  // release), and the slot's address depends on the ticket loaded, so these loads are issued after it. The
+  // asm is not volatile, so the compiler schedules them as it does plain loads.
+  template <bool kFromL2 = false>
   GPUKV_HD_INLINE bool key_equals(std::uint64_t index, const KeyWords& k) const {
+#if defined(__CUDA_ARCH__)
+    if constexpr (kFromL2) {
+      const std::uint64_t* words = reinterpret_cast<const std::uint64_t*>(slot(index));
+      std::uint64_t header;  // key_len is its low half; value_len, the high half, is not compared
+      asm("ld.global.cg.u64 %0, [%1];" : "=l"(header) : "l"(words));
+      bool equal = static_cast<std::uint32_t>(header) == k.len;
+GPUKV_UNROLL
+      for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+        if (j < key_words) {
+          std::uint64_t word;
+          asm("ld.global.cg.u64 %0, [%1];" : "=l"(word) : "l"(words + 1 + j));
+          equal &= word == k.w[j];
+        }
+      }
+      return equal;
+    }
+#endif
     const std::uint64_t* stored = key_words_at(index);
     bool equal = *key_len(index) == k.len;
 GPUKV_UNROLL

@@ -83,15 +83,17 @@ struct Board {
 
   GPUKV_HD_INLINE std::uint64_t* at(std::uint64_t word) const { return words + word * stride; }
 
-  // Relaxed. A new key's ticket may turn FULL while the pass still runs (publish; on the GPU's board layout
-  // only, Engine::commit), and a lookup that finds it FULL must see the slot its writer filled first. An
+  // Relaxed. A new key's ticket may turn FULL while the pass still runs (publish; on the GPU only,
+  // Engine::commit), and a lookup that finds it FULL must see the slot its writer filled first. An
   // acquire load would say so in the memory model, but on the GPU it invalidates the SM's L1 at every probe,
   // and reading slots from L2 instead cost lookups 18-53% (bench/RESULTS.md, "inserts publish their own
   // slots"). What holds instead: the slot's address depends on the ticket loaded, so its load is
   // issued after this one returns; the writer's release has put the slot's bytes in L2 by then; and the SM's
-  // L1 cannot hold them from before, since on a board a slot has its 32-byte sectors to itself and no thread
-  // reads them while the ticket is not FULL (and L1 starts empty with every kernel). Every other ticket a
-  // lookup meets FULL was published by an earlier step, whose boundary orders the slot's bytes before it.
+  // L1 cannot hold them from before: on a board a slot has its 32-byte sectors to itself and no thread
+  // reads them while the ticket is not FULL (and L1 starts empty with every kernel); in a line, whose slots
+  // share sectors, a kernel that publishes new keys compares keys from L2 (TableRef::key_equals). Every
+  // other ticket a lookup meets FULL was published by an earlier step, whose boundary orders the slot's
+  // bytes before it.
   GPUKV_HD_INLINE std::uint64_t load(std::uint64_t word) const {
     return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_relaxed);
   }
