@@ -22,4 +22,3 @@ namespace gpukv::detail {
     const cudaError_t gpukv_err_ = (call);                                          \
     if (gpukv_err_ != cudaSuccess) ::gpukv::detail::throw_cuda(gpukv_err_, #call, __FILE__, __LINE__); \
   } while (0)
-
