@@ -256,12 +256,11 @@ struct ExecuteOp {
   void prefetch(std::uint64_t, const Planned& planned, int stage) const { e.prefetch_walk(planned.plan, stage); }
 
   // Stash: one walk per thread.
-  template <bool kFromL2 = false>
+  template <bool kFromL2>
   GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
     if (begin(op, p)) walk<kFromL2>(op, p, tally);
   }
-  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const { run(op, tally); }
   // The same for an op CpuExecutor has planned.
   void operator()(std::uint64_t op, const Planned& planned, Tally& tally) const {
     Probe p;
