@@ -31,8 +31,9 @@ struct ModelCase {
   bool order_host = true;           // the host phase sorted by host address (else in batch order)
   std::uint32_t host_phase_threads = 0;
   SlotLayout layout = SlotLayout::kBoard;  // the device tier's
-  // Every third batch only writes: on the GPU, a line then publishes new keys while the pass runs and
-  // compares keys from L2 (Engine::compares_in_l2), where a batch with GETs leaves them to FinishPass.
+  // Runs of three batches that only write, mostly new keys: on the GPU, a line's pass of writes that follows
+  // one of inserts publishes new keys while it runs and compares keys from L2 (Engine::compares_in_l2),
+  // where other passes leave them to FinishPass.
   bool write_batches = false;
 };
 
@@ -99,8 +100,9 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
     }
     // Write-heavy while filling, delete-heavy while draining; some of everything, but for the batches of
     // writes alone that write_batches asks for.
-    const bool writes_only = c.write_batches && batch_no % 3 == 0;
-    const double put = filling ? 0.55 : 0.20, pia = 0.10, get = writes_only ? 0.0 : filling ? 0.25 : 0.35;
+    const bool writes_only = c.write_batches && batch_no % 6 < 3;
+    const double put = writes_only ? 0.85 : filling ? 0.55 : 0.20, pia = 0.10,
+                 get = writes_only ? 0.0 : filling ? 0.25 : 0.35;
     const std::uint32_t size_class = gen.next(10);
     const std::uint64_t n = size_class == 0 ? 1 : size_class < 4 ? 1 + gen.next(64) : 1 + gen.next(4096);
     std::vector<Op> ops;

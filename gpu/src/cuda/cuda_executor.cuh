@@ -69,8 +69,8 @@ class CudaExecutor {
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
     if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, false>>(n, f, policy, needed);
     if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref>>(n, f, policy, needed);
-    // A line's passes of inserts (Engine::compares_in_l2); a board's compares never read from L2.
-    if (!f.e.table.slots_own_sectors()) launch_probing<stash_kernel<Ref, true>>(n, f, policy, needed);
+    // A line's passes of inserts (Engine::compares_in_l2), if the pass before was one too.
+    if (f.e.pass.inserts_expected) launch_probing<stash_kernel<Ref, true>>(n, f, policy, needed);
     clock_.end(stream_);
   }
 

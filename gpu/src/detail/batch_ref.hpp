@@ -87,8 +87,6 @@ struct Counters {
   // Set by BeginPass for the pass, from the counters as the pass begins:
   unsigned long long checked;    // reserve each new key against max_items (the pass may fill the device tier)
   unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too
-  unsigned long long inserting;  // the last pass that ran added a key for at least half its writes
-  unsigned long long pass_items;  // items + host_items as that pass began
 };
 
 // What one thread changed, summed over its share of a pass and added to the Counters once.
@@ -181,6 +179,10 @@ struct PassRef {
   // reserves() and walks_host().
   bool checked;
   bool host_live;
+  // A line's table, whose last finished pass looked like one of inserts (PassRunner): the probing step's
+  // kernel that compares from L2 is launched for this pass too, and runs it if every op writes
+  // (Engine::compares_in_l2).
+  bool inserts_expected;
 
   GPUKV_HD_INLINE bool reserves() const {
 #if defined(__CUDA_ARCH__)

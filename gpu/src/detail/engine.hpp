@@ -164,14 +164,14 @@ struct Engine {
   }
 
   // Whether the probing step's device-tier compares read from L2 (step's kFromL2, picked by the kernel): on
-  // the GPU, in a line, during a pass of inserts, one whose every op writes while writes add keys
-  // (Counters::inserting). A kernel whose compares read from L2 publishes its new keys in the pass (commit).
-  // A line's other passes keep FinishPass, because their compares through L1 are faster: by 7% for a mixed
-  // batch's GETs, up to 10% for overwrites (bench/RESULTS.md, "a line's new keys published in the pass").
+  // the GPU, in a line, during a pass of inserts, one whose every op writes while the pass before added
+  // keys (PassRef::inserts_expected). A kernel whose compares read from L2 publishes its new keys in the pass
+  // (commit). A line's other passes keep FinishPass, because their compares through L1 are faster: by 7%
+  // for a mixed batch's GETs, up to 10% for overwrites (bench/RESULTS.md, "a line's new keys published in
+  // the pass").
   GPUKV_HD_INLINE bool compares_in_l2() const {
 #if defined(__CUDA_ARCH__)
-    const Counters& c = *pass.counters;
-    return !table.slots_own_sectors() && c.inserting != 0 && c.writes == batch.size;
+    return pass.inserts_expected && pass.counters->writes == batch.size;
 #else
     return false;
 #endif

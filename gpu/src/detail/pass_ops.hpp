@@ -59,11 +59,6 @@ struct BeginPass {
     // reserve room atomically. Only a host tier that holds keys needs walking.
     c.checked = c.items + ops > max_items;
     c.host_live = c.host_items != 0;
-    // Whether writes are taken to insert: a line then publishes a pass's new keys as they are written if
-    // the pass only writes (Engine::compares_in_l2). `writes` still counts the last pass's.
-    const unsigned long long live = c.items + c.host_items;
-    c.inserting = live >= c.pass_items && 2 * (live - c.pass_items) >= c.writes;
-    c.pass_items = live;
     c.writes = 0;
     c.joined = 0;
     c.pending = 0;

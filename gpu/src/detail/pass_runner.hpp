@@ -247,7 +247,8 @@ class PassRunner {
     const std::uint64_t entries = group_entries(n);
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
                        scratch.host_queue, counters_, max_items_, host_max_items_, copy_lanes_ != 0,
-                       /*checked=*/false, /*host_live=*/false};  // BeginPass sets them: PassRef::reserves()
+                       /*checked=*/false, /*host_live=*/false,  // BeginPass sets them: PassRef::reserves()
+                       /*inserts_expected=*/!table_.slots_own_sectors() && inserting_};
     const Engine<Ref> engine{table_, host_, batch, pass};
     exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_});
     fresh_groups_ = false;
@@ -273,6 +274,11 @@ class PassRunner {
   bool finish(const Queued& q, const PassScratch& scratch) {
     known_ = exec_.wait_snapshot(q.slot);
     const std::uint64_t n = q.batch.size;
+    // Whether the pass looked like one of inserts: every op wrote, and at least half of them added a key.
+    // The passes queued from now on expect the same (PassRef::inserts_expected).
+    const unsigned long long live = known_.items + known_.host_items;
+    inserting_ = known_.writes == n && live >= live_before_ && 2 * (live - live_before_) >= known_.writes;
+    live_before_ = live;
     const std::uint64_t deferred = known_.conflicts;
     const std::uint64_t host_ops = known_.host_queued;
     stats_.passes += 1;
@@ -404,6 +410,8 @@ class PassRunner {
   const std::uint32_t* groups_seen_ = nullptr;  // the grouping table of the last pass
   bool fresh_groups_ = false;                   // it is new: no pass has used it yet
   std::uint64_t dirty_bound_ = 0;               // its entries at or past this one are zero
+  bool inserting_ = true;                       // the last finished pass looked like one of inserts
+  unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued
   bool unfinished_ = false;                     // a call is under way, or the last one threw
   PassStats stats_;
