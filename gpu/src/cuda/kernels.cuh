@@ -82,10 +82,10 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
 // into the Stash loop.
 //
 // A line's passes of inserts compare keys from L2 (Engine::compares_in_l2): a third kernel, launched only
-// for a line's pass that follows one of inserts (PassRef::inserts_expected), runs them, with Stash lanes whatever the policy (which picks Stash for such passes
-// under group probing, the only probing a line has). A kernel apart, not a branch in one kernel: with both
-// walk loops in one kernel, board inserts, which never read from L2, ran 5% slower (bench/RESULTS.md, "a
-// line's new keys published in the pass").
+// for a line's pass that follows one of inserts (PassRef::inserts_expected), runs them, with Stash lanes
+// whatever the policy (which picks Stash for such passes under group probing, the only probing a line
+// has). A kernel apart, not a branch in one kernel: with both walk loops in one kernel, board inserts,
+// which never read from L2, ran 5% slower (bench/RESULTS.md, "a line's new keys published in the pass").
 template <class Ref, bool kFromL2>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
