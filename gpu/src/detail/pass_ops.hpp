@@ -324,18 +324,27 @@ struct ExecuteHostOp {
   ExecuteOp<Ref, true> execute;
   const std::uint64_t* queue;
   ExecuteHostOp bound() const { return ExecuteHostOp{execute.bound(), queue}; }
+  // Device-tier compares through L1 on a board; from L2 in a line, whose new keys this step then publishes
+  // at once (Engine::step), as ExecuteSegment does. The same in every thread.
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
+    if (execute.e.table.slots_own_sectors()) {
+      run<false>(i, tally);
+    } else {
+      run<true>(i, tally);
+    }
+  }
+
+ private:
+  template <bool kFromL2>
+  GPUKV_HD void run(std::uint64_t i, Tally& tally) const {
     const std::uint64_t op = queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1);
     Probe p;
     if (!execute.begin(op, p)) return;
     const OpIn in = load_op(execute.e.batch, op);
     if (in.kind == OpKind::kGet || in.kind == OpKind::kDelete) execute.e.start_host_walk(p);
-    // Device-tier compares from L2 in every layout (Engine::step), so that a line's new keys are published
-    // at once here too. On a board they could read through L1, but only inserts walk the device tier here,
-    // and a compare on their walk is rare: one instantiation less.
-    while (!execute.template step<true>(p, tally)) {
+    while (!execute.template step<kFromL2>(p, tally)) {
     }
-    execute.template finish<true>(op, p, in, tally);
+    execute.template finish<kFromL2>(op, p, in, tally);
   }
 };
 
