@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "batch_ref.hpp"
 #include "hd.hpp"
@@ -175,6 +176,18 @@ struct Engine {
 #else
     return false;
 #endif
+  }
+
+  // Calls f(std::bool_constant<kFromL2>) with the compare source of the steps that run after the probing
+  // step (the ordered phase, the host phase): through L1 on a board; from L2 in a line, whose new keys they
+  // then publish at once (commit). The same in every thread.
+  template <class F>
+  GPUKV_HD_INLINE void with_phase_compares(F&& f) const {
+    if (table.slots_own_sectors()) {
+      f(std::false_type{});
+    } else {
+      f(std::true_type{});
+    }
   }
 
   template <bool kHost, bool kWithHost, bool kFromL2>

@@ -324,14 +324,8 @@ struct ExecuteHostOp {
   ExecuteOp<Ref, true> execute;
   const std::uint64_t* queue;
   ExecuteHostOp bound() const { return ExecuteHostOp{execute.bound(), queue}; }
-  // Device-tier compares through L1 on a board; from L2 in a line, whose new keys this step then publishes
-  // at once (Engine::step), as ExecuteSegment does. The same in every thread.
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
-    if (execute.e.table.slots_own_sectors()) {
-      run<false>(i, tally);
-    } else {
-      run<true>(i, tally);
-    }
+    execute.e.with_phase_compares([&](auto from_l2) { this->template run<decltype(from_l2)::value>(i, tally); });
   }
 
  private:
@@ -397,14 +391,8 @@ struct ExecuteSegment {
     f.e.pass = e.pass.bound();
     return f;
   }
-  // Compares through L1 on a board; from L2 in a line, whose new keys this step then publishes at once
-  // (Engine::step). The same in every thread.
   GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
-    if (e.table.slots_own_sectors()) {
-      run<false>(begin, tally);
-    } else {
-      run<true>(begin, tally);
-    }
+    e.with_phase_compares([&](auto from_l2) { this->template run<decltype(from_l2)::value>(begin, tally); });
   }
 
  private:
