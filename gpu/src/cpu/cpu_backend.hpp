@@ -83,12 +83,12 @@ class CpuBackend final : public Backend {
       groups_ = HostBuffer(bytes.groups);  // zeroed by the kernel: PassRunner clears only what a pass leaves behind
       group_of_ = HostBuffer(bytes.group_of);
       conflicts_ = HostBuffer(bytes.conflicts);
-      pending_ = HostBuffer(bytes.pending);
+      pending_ = HostBuffer(bytes.pending);  // zeroed by the kernel: kNothingPending
       host_queue_ = HostBuffer(bytes.host_queue);
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>(), scratch_ops_};
   }
 
   Counters counters_{};

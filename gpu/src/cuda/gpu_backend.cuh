@@ -226,11 +226,12 @@ class GpuBackend final : public Backend {
       group_of_ = GpuBuffer(bytes.group_of, "batch grouping");
       conflicts_ = GpuBuffer(bytes.conflicts, "deferred ops");
       pending_ = GpuBuffer(bytes.pending, "pass results");
+      exec_.zero(pending_.data(), pending_.bytes());  // kNothingPending
       host_queue_ = GpuBuffer(bytes.host_queue, "host-tier ops");
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),
-                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>()};
+                       pending_.as<std::uint64_t>(), host_queue_.as<std::uint64_t>(), scratch_ops_};
   }
 
   // A batch's input copied to the GPU ahead of its execute() (Table::prefetch): two slots, so that the next

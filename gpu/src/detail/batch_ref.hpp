@@ -124,14 +124,19 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
   add(t.extracted, &c->extracted);
 }
 
-// What an op leaves for the end of its pass: nothing (kNothingPending), or (flags | slot << 8 | code), slots
-// being below 2^41:
+// What an op leaves for the end of its pass: nothing (kNothingPending, 0), or (flags | slot << 8 | code), slots
+// being below 2^41 and codes never EMPTY, so that no entry is 0:
 //   no flag            FinishPass sets the BUSY ticket of `slot` to `code` (FULL for a new key, TOMBSTONE
 //                      for a deleted one); kPendingHostTier: a host-tier slot
 //   kPendingScatter    CopyValues first writes the op's value into that new device-tier slot
 //   kPendingOverwrite  CopyValues writes the op's value over the value of the device-tier slot (no ticket)
 //   kPendingGather     CopyValues copies the device-tier slot's value to the GET's answer (no ticket)
-inline constexpr std::uint64_t kNothingPending = ~std::uint64_t{0};
+//
+// Between passes every entry is kNothingPending: the scratch starts zeroed, an op writes its entry only if it
+// leaves something, and FinishPass clears each entry it finds. A pass whose ops leave nothing (lookups; new
+// keys published in the pass; overwrites) then writes nothing to the array, where every op used to store 8
+// bytes to say so.
+inline constexpr std::uint64_t kNothingPending = 0;
 inline constexpr std::uint64_t kPendingHostTier = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t kPendingGather = std::uint64_t{1} << 61;
 inline constexpr std::uint64_t kPendingScatter = std::uint64_t{1} << 60;
@@ -163,7 +168,7 @@ struct PassRef {
   std::uint64_t group_mask;
   std::uint32_t* group_of;     // op -> grouping table entry
   std::uint64_t* conflicts;    // deferred ops as (entry << 32 | op), sorted before the ordered phase
-  std::uint64_t* pending;      // per op: what the pass's end does with it (kNothingPending, a ticket, a gather)
+  std::uint64_t* pending;      // per op: what the pass's end does with it (a ticket, a gather), or kNothingPending
   std::uint64_t* host_queue;   // ops left to the host phase; HostQueueKey makes them (host slot << 24 | op)
   Counters* counters;
   std::uint64_t max_items;       // device tier

@@ -358,11 +358,11 @@ struct Engine {
     bool gather = false;      // the (one) op is a GET whose value CopyValues copies
     ValueIn value{};
 
-    // Every op of the pass writes its pending[] entry; the key's last op carries the commit's entry.
+    // The key's last op carries the commit's pending[] entry, if it leaves one; the others' stay
+    // kNothingPending.
     std::uint64_t op = 0, last_op = 0;
     bool any = false;
     while (ops.next(op)) {
-      if (any) pass.pending[last_op] = kNothingPending;
       last_op = op;
       any = true;
       switch (ops.kind(op)) {
@@ -423,8 +423,10 @@ struct Engine {
       pending = commit<false, kFromL2>(table, p, slot, claimed, present, written, value, tally);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
-    if (pending != kNothingPending) tally.pending += 1;
-    if (any) pass.pending[last_op] = pending;
+    if (any && pending != kNothingPending) {
+      tally.pending += 1;
+      pass.pending[last_op] = pending;
+    }
     return true;
   }
 

@@ -184,7 +184,8 @@ struct ExecuteOp {
   }
 
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
-  // answered) or one that shares its key with other ops of the pass (deferred).
+  // answered) or one that shares its key with other ops of the pass (deferred). Either leaves its pending[]
+  // entry as it is: kNothingPending.
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
     std::uint32_t entry;
     KeyWords key;
@@ -192,13 +193,13 @@ struct ExecuteOp {
       // The group entry first, then the key. Loading both at once measured 3% slower for inserts
       // (bench/RESULTS.md, "an op's reads issued together").
       entry = e.pass.group_of[op];
-      if (entry == kNoGroup) return settled(op);
+      if (entry == kNoGroup) return false;  // answered kInvalid
       key = batch_key(e.table, e.batch, op);
     } else {
       // The key, its length and the op's kind in one memory round trip, then the test.
       key = batch_key(e.table, e.batch, op);
       entry = group_entry(op, key.len);
-      if (entry == kNoGroup) return settled(op);
+      if (entry == kNoGroup) return false;  // answered kInvalid
     }
     return begin_walk(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
   }
@@ -216,7 +217,7 @@ struct ExecuteOp {
   // begin() with the op's Planned.
   bool begin(std::uint64_t op, const Planned& planned, Probe& p) const {
     const std::uint32_t entry = group_entry(op, planned.key.len);
-    if (entry == kNoGroup) return settled(op);
+    if (entry == kNoGroup) return false;  // answered kInvalid
     return begin_walk(op, entry, planned.key, planned.plan, p);
   }
 
@@ -272,10 +273,6 @@ struct ExecuteOp {
     if (get || e.batch.valid(op)) return kUngrouped;
     e.batch.set_status(op, OpStatus::kInvalid);
     return kNoGroup;
-  }
-  GPUKV_HD_INLINE bool settled(std::uint64_t op) const {
-    e.pass.pending[op] = kNothingPending;
-    return false;
   }
   GPUKV_HD_INLINE bool begin_walk(std::uint64_t op, std::uint32_t entry, const KeyWords& key, const ProbePlan& plan,
                                   Probe& p) const {
@@ -472,19 +469,22 @@ struct CopyValues {
   }
 };
 
-// Settles the tickets a pass left BUSY, indexed by op: no atomics on shared counters, one coalesced read.
+// Settles the tickets a pass left BUSY, indexed by op: no atomics on shared counters, one coalesced read. Clears
+// every entry it finds, so that the next pass starts with none (kNothingPending).
 template <class Ref>
 struct FinishPass {
   static constexpr const char* kName = "FinishPass";
   Ref table;
   Ref host;
-  const std::uint64_t* pending;
+  std::uint64_t* pending;
   const Counters* counters;
   bool queued;  // as in CopyValues
   GPUKV_HD bool idle() const { return queued && (host_first(*counters) || counters->pending == 0); }
   GPUKV_HD void operator()(std::uint64_t op, Tally&) const {
     using Codec = typename Ref::Codec;
     const std::uint64_t p = pending[op];
+    if (p == kNothingPending) return;
+    pending[op] = kNothingPending;
     if (!pending_ticket(p)) return;
     const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
     const std::uint64_t slot = pending_slot(p);

@@ -28,13 +28,15 @@
 
 namespace gpukv::detail {
 
-// Scratch for one pass of up to n operations (sizes from scratch_bytes()).
+// Scratch for one pass of up to n operations (sizes from scratch_bytes()). The backends allocate `groups` and
+// `pending` zeroed; PassRunner leaves them so after every pass.
 struct PassScratch {
   std::uint32_t* groups;      // group_entries(n) entries
   std::uint32_t* group_of;    // n
   std::uint64_t* conflicts;   // n
-  std::uint64_t* pending;     // n
+  std::uint64_t* pending;     // n, all kNothingPending between passes
   std::uint64_t* host_queue;  // n
+  std::uint64_t ops;          // n
 };
 
 // Grouping table size for a pass of n ops: a power of two, at least 2n, so probe chains stay short.
@@ -131,7 +133,9 @@ class PassRunner {
     if (batch.size == 0) return;
     if (unfinished_) {
       // The last call threw (a CUDA error, no memory for the sort) and may have left a pass's host work
-      // marked undone, which would halt every pass from now on: finish what the device holds and clear it.
+      // marked undone, which would halt every pass from now on, and pending[] entries no FinishPass
+      // cleared: finish what the device holds and clear both.
+      exec_.zero(scratch.pending, scratch.ops * sizeof(std::uint64_t));
       known_ = exec_.read_counters();
       known_.conflicts = 0;
       known_.host_queued = 0;
