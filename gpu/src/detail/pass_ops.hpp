@@ -12,7 +12,8 @@
 //   (sort them by host address)
 //   ExecuteHostOp  every such op, in host-address order: walk both tiers and run it
 //   CopyValues     every op, a few threads each (wide values on the GPU): a value ExecuteOp left to it
-//   FinishPass     every op (if the pass left any ticket BUSY): a BUSY ticket it left -> FULL or TOMBSTONE
+//   FinishPass     every op (if any left a pending[] entry): a BUSY ticket it left -> FULL or TOMBSTONE; the
+//                  entry cleared
 //
 // A pass queued ahead of the host (PassRunner::run) runs BeginPass to ExecuteOp, then CopyValues and
 // FinishPass unless it deferred ops or left ops to the host tier: the host runs those steps itself, after
@@ -420,7 +421,7 @@ struct ExecuteSegment {
 // a PUT's from the batch into its key's slot (a new one, or over the old value). `lanes` threads per op,
 // neighbours in a warp, each moving 16 bytes at a time of the same value, so that a warp reads and writes a
 // wide value as a few whole lines, where one thread copying 8 bytes after 8 bytes waited for each
-// (bench/RESULTS.md, wide values). Runs once every op has written its pending[] entry, just before
+// (bench/RESULTS.md, wide values). Runs once every op that leaves a pending[] entry has written it, just before
 // FinishPass: nothing else in the pass reads or changes these slots (their keys are alone in the pass, new
 // slots stay BUSY), and clean-up comes after.
 template <class Ref>

@@ -301,8 +301,8 @@ class PassRunner {
       }
       exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
     }
-    // Once every op has written its pending[] entry. ExecuteOp's pending count includes the GETs it left to
-    // CopyValues and its new keys; the host phase may place new keys in the device tier too.
+    // Once every op that leaves a pending[] entry has written it. ExecuteOp's pending count includes the GETs
+    // it left to CopyValues and its new keys; the host phase may place new keys in the device tier too.
     if (copy_lanes_ != 0 && (known_.pending != 0 || host_ops != 0)) {
       exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, q.batch, scratch.pending, copy_lanes_, counters_, false});
     }
