@@ -67,6 +67,11 @@ class CudaExecutor {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
+    if (policy.mode != LaneMode::kClStash && policy.lookups) {
+      // A pass without writes (LanePolicy::lookups_miss says with how many blocks).
+      const std::uint64_t hits_grid = std::uint64_t{GPUKV_PROBE_MIN_BLOCKS} * static_cast<std::uint64_t>(sm_count_);
+      launch_probing<lookup_kernel<Ref>>(n, f, policy, policy.lookups_miss ? needed : std::min(needed, hits_grid));
+    }
     if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, false>>(n, f, policy, needed);
     if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref>>(n, f, policy, needed);
     // A line's passes of inserts (Engine::compares_in_l2), if the pass before was one too.

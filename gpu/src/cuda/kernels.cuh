@@ -22,6 +22,12 @@ constexpr int kBlockThreads = 256;
 #ifndef GPUKV_PROBE_MIN_BLOCKS
 #define GPUKV_PROBE_MIN_BLOCKS 4
 #endif
+// The lookup kernel (a pass without writes) holds a lookup's walk and answer only: 40 registers, so 6 blocks
+// fit an SM where the Stash kernel's 64 allow 4. The host runs all of them for passes of mostly misses
+// (LanePolicy::lookups_miss).
+#ifndef GPUKV_LOOKUP_MIN_BLOCKS
+#define GPUKV_LOOKUP_MIN_BLOCKS 6
+#endif
 // clStash keeps a shelf of walks in registers and shared memory; it spills at 64 registers (4 blocks). With 3
 // blocks (85 registers) mixed batches ran 11-12% faster on an H100 than with 4 (bench/RESULTS.md, run 5).
 #ifndef GPUKV_CLSTASH_MIN_BLOCKS
@@ -79,7 +85,8 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
 // The two lane schedules of the probing step, launched back to back: each reads the counters StartPass left
 // (the same values in every thread) and returns at once unless the hybrid picked it (or the pass is
 // halted). Two kernels rather than one with a branch, so that clStash's register pressure does not spill
-// into the Stash loop.
+// into the Stash loop. Under Stash lanes, a pass without writes runs in a kernel of its own (lookup_kernel)
+// where the host launched it (LanePolicy::lookups).
 //
 // A line's passes of inserts compare keys from L2 (Engine::compares_in_l2): a third kernel, launched only
 // for a line's pass that follows one of inserts (PassRef::inserts_expected), runs them, with Stash lanes
@@ -90,9 +97,25 @@ template <class Ref, bool kFromL2>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
-  if (f.idle() || f.compares_in_l2() != kFromL2 || (!kFromL2 && policy.collaborative(*counters))) return;
+  if (f.idle() || f.compares_in_l2() != kFromL2 ||
+      (!kFromL2 && (policy.collaborative(*counters) || (policy.lookups && read_only(f.e.pass))))) {
+    return;
+  }
   Tally tally;
   grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run<kFromL2>(op, t); }, tally);
+  flush_tally(tally, counters);
+}
+
+// A pass without writes under Stash lanes: one lookup per thread, in a kernel of its own whose registers are
+// a lookup's only, so that more of its warps can be resident (H100, run 142: passes of misses 1.02-1.11x
+// with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4).
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_LOOKUP_MIN_BLOCKS)
+    lookup_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  wait_for_earlier_kernels();
+  if (f.idle() || !read_only(f.e.pass) || policy.collaborative(*counters)) return;
+  Tally tally;
+  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.run_lookup(op, t); }, tally);
   flush_tally(tally, counters);
 }
 

@@ -75,6 +75,7 @@ struct Counters {
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle, and GETs left to CopyValues
   unsigned long long writes;      // this pass: valid PUT, PUT_IF_ABSENT and DELETE ops (StartPass)
   unsigned long long joined;      // this pass: ops that found their grouping entry taken (GroupOp)
+  unsigned long long found;       // this pass: GETs of a pass without writes that found their key (the GPU's lookup kernel)
   unsigned long long host_queued;  // this pass: ops left to the host phase
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
@@ -96,6 +97,7 @@ struct Tally {
   long long pending = 0;
   long long writes = 0;
   long long joined = 0;
+  long long found = 0;
   // The host tier's, 32-bit: a thread's share of one kernel stays far below 2^31, and the probing kernels
   // hold every field in registers for their whole grid-stride loop.
   int host_items = 0;
@@ -116,6 +118,7 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
   add(t.pending, &c->pending);
   add(t.writes, &c->writes);
   add(t.joined, &c->joined);
+  add(t.found, &c->found);
   add(t.host_items, &c->host_items);
   add(t.host_tombstones, &c->host_tombstones);
   add(t.host_reads, &c->host_reads);

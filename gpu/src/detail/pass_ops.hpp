@@ -62,6 +62,7 @@ struct BeginPass {
     c.host_live = c.host_items != 0;
     c.writes = 0;
     c.joined = 0;
+    c.found = 0;
     c.pending = 0;
   }
 };
@@ -162,6 +163,22 @@ struct OneOp {
   GPUKV_HD_INLINE const ValueIn& value(std::uint64_t) const { return in.value; }
 };
 
+// Yields exactly one op, a GET: its kind a constant, so that Engine::apply compiles to a lookup's answer
+// alone (ExecuteOp::run_lookup).
+struct OneGet {
+  static constexpr bool kAlone = true;
+  std::uint64_t op;
+  bool done = false;
+  GPUKV_HD_INLINE bool next(std::uint64_t& out) {
+    if (done) return false;
+    out = op;
+    done = true;
+    return true;
+  }
+  GPUKV_HD_INLINE static constexpr OpKind kind(std::uint64_t) { return OpKind::kGet; }
+  GPUKV_HD_INLINE static ValueIn value(std::uint64_t) { return ValueIn{}; }
+};
+
 // Runs every op whose key is alone in the pass; defers the rest to the ordered phase. In three parts, so
 // that the GPU's clStash scheduler (clstash_kernel.cuh) can interleave the walks of many ops per lane:
 // begin() starts an op's walk, step() advances it, finish() applies the op.
@@ -257,6 +274,22 @@ struct ExecuteOp {
   GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
     if (begin(op, p)) walk<kFromL2>(op, p, tally);
+  }
+  // run() for a pass without writes (read_only), whose every op that is not malformed is a GET alone in the
+  // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only.
+  GPUKV_HD void run_lookup(std::uint64_t op, Tally& tally) const {
+    const KeyWords key = batch_key(e.table, e.batch, op);
+    if (group_entry(op, key.len) == kNoGroup) return;  // answered kInvalid
+    const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
+    Probe p = e.start(key, plan, e.first_tickets(plan));
+    while (!step(p, tally)) {
+    }
+    if (p.at.to_host) {
+      e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
+    } else {
+      tally.found += p.at.hit;
+      e.template apply<false>(p, OneGet{op}, tally);
+    }
   }
   // The same for an op CpuExecutor has planned.
   void operator()(std::uint64_t op, const Planned& planned, Tally& tally) const {

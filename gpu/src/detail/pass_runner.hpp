@@ -58,10 +58,20 @@ inline constexpr int kConflictSortBits = 32 + 25;
 // StartPass leaves, so that no host round trip sits between the steps. Measured on an H200
 // (bench/RESULTS.md): clStash wins for passes that mix reads and writes at every load, and for single-ticket
 // probing past about 0.9 load; plain Stash wins for pure lookups and pure inserts with group probing.
+//
+// A pass without writes under Stash lanes runs in the GPU's lookup kernel if the host launched it
+// (`lookups`: the last finished pass had no writes; else the Stash kernel runs it, and a pass that writes
+// pays no launch for it). `lookups_miss` sizes that kernel: when most lookups of the last pass without
+// writes missed, every block that fits runs, because a miss's walk is a chain of ticket words and more warps
+// in flight shorten it; when most hit, as many blocks as the Stash kernel runs, because a hit reads its slot
+// through L1, which more warps thrash (H100, run 142: 6 blocks per SM against 4, misses up to 1.11x, hits
+// down to 0.92x).
 struct LanePolicy {
   LaneMode mode;
   std::uint64_t items_from;  // clStash from this many live keys
   std::uint64_t ops;         // ops in the pass
+  bool lookups = false;       // the lookup kernel is launched for the pass
+  bool lookups_miss = false;  // the last pass without writes found under half of its keys
   GPUKV_HD_INLINE bool collaborative(const Counters& c) const {
     if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
     const bool mixed = c.writes * 10 >= ops && c.writes * 10 <= ops * 9;
@@ -261,7 +271,7 @@ class PassRunner {
     exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
     dirty_bound_ = std::max(dirty_bound_, entries);
     exec_.for_each(n, GroupOp<Ref>{engine});
-    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n});
+    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_});
     if (ahead) {
       if (copy_lanes_ != 0) {
         exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_, counters_, true});
@@ -283,6 +293,10 @@ class PassRunner {
     const unsigned long long live = known_.items + known_.host_items;
     inserting_ = known_.writes == n && live >= live_before_ && 2 * (live - live_before_) >= known_.writes;
     live_before_ = live;
+    // LanePolicy::lookups_miss, from a pass without writes (the GPU's lookup kernel counts the keys its
+    // lookups found; the CPU backend counts none and never asks).
+    lookups_expected_ = known_.writes == 0;
+    if (known_.writes == 0) lookups_miss_ = 2 * known_.found < n;
     const std::uint64_t deferred = known_.conflicts;
     const std::uint64_t host_ops = known_.host_queued;
     stats_.passes += 1;
@@ -415,6 +429,8 @@ class PassRunner {
   bool fresh_groups_ = false;                   // it is new: no pass has used it yet
   std::uint64_t dirty_bound_ = 0;               // its entries at or past this one are zero
   bool inserting_ = true;                       // the last finished pass looked like one of inserts
+  bool lookups_expected_ = true;                 // LanePolicy::lookups
+  bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued
   bool unfinished_ = false;                     // a call is under way, or the last one threw
