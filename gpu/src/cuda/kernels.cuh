@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
 }
 
 // A pass without writes under Stash lanes: one lookup per thread, in a kernel of its own whose registers are
-// a lookup's only, so that more of its warps can be resident (H100, run 142: passes of misses 1.02-1.11x
+// a lookup's only, so that more of its warps can be resident (H100, run 141: passes of misses 1.02-1.11x
 // with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4).
 template <class Ref>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_LOOKUP_MIN_BLOCKS)

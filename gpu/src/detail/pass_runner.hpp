@@ -64,7 +64,7 @@ inline constexpr int kConflictSortBits = 32 + 25;
 // pays no launch for it). `lookups_miss` sizes that kernel: when most lookups of the last pass without
 // writes missed, every block that fits runs, because a miss's walk is a chain of ticket words and more warps
 // in flight shorten it; when most hit, as many blocks as the Stash kernel runs, because a hit reads its slot
-// through L1, which more warps thrash (H100, run 142: 6 blocks per SM against 4, misses up to 1.11x, hits
+// through L1, which more warps thrash (H100, run 141: 6 blocks per SM against 4, misses up to 1.11x, hits
 // down to 0.92x).
 struct LanePolicy {
   LaneMode mode;

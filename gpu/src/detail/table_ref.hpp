@@ -49,7 +49,8 @@ constexpr std::uint32_t round_up_to_sectors(std::uint32_t bytes) {
 // Stores two words at a 16-byte aligned address: one 16-byte store on the GPU, where each store instruction
 // of a warp whose lanes write to different slots is a request per lane to L2. A value stored in pairs
 // (store_value_words) made a board's inserts 3-4% faster and its overwrites 2-5%; the header and key stored
-// in pairs too gained nothing and cost misses 1-2% (bench/RESULTS.md, "values stored in pairs of words").
+// in pairs too gained nothing and cost misses 1-2% (bench/RESULTS.md, 2026-11-26, "a slot's value stored
+// in pairs of words").
 GPUKV_HD_INLINE void store_pair(std::uint64_t* p, std::uint64_t a, std::uint64_t b) {
 #if defined(__CUDA_ARCH__)
   *reinterpret_cast<ulonglong2*>(p) = make_ulonglong2(a, b);
