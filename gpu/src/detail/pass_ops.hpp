@@ -163,20 +163,10 @@ struct OneOp {
   GPUKV_HD_INLINE const ValueIn& value(std::uint64_t) const { return in.value; }
 };
 
-// Yields exactly one op, a GET: its kind a constant, so that Engine::apply compiles to a lookup's answer
-// alone (ExecuteOp::run_lookup).
-struct OneGet {
-  static constexpr bool kAlone = true;
-  std::uint64_t op;
-  bool done = false;
-  GPUKV_HD_INLINE bool next(std::uint64_t& out) {
-    if (done) return false;
-    out = op;
-    done = true;
-    return true;
-  }
+// OneOp whose op is a GET: its kind a constant, so that Engine::apply compiles to a lookup's answer alone
+// (ExecuteOp::run_lookup).
+struct OneGet : OneOp {
   GPUKV_HD_INLINE static constexpr OpKind kind(std::uint64_t) { return OpKind::kGet; }
-  GPUKV_HD_INLINE static ValueIn value(std::uint64_t) { return ValueIn{}; }
 };
 
 // Runs every op whose key is alone in the pass; defers the rest to the ordered phase. In three parts, so
@@ -288,7 +278,7 @@ struct ExecuteOp {
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     } else {
       tally.found += p.at.hit;
-      e.template apply<false>(p, OneGet{op}, tally);
+      e.template apply<false>(p, OneGet{{op, OpIn{}}}, tally);
     }
   }
   // The same for an op CpuExecutor has planned.
