@@ -243,6 +243,34 @@ TEST_P(TableEdgeTest, ReadOnlyBatchesAnswerLikeGroupedOnes) {
   model.check_contents(table);
 }
 
+// On the GPU, a read-only pass with more ops than the Stash kernel holds at once runs in the lookup kernel
+// once the pass before it had no writes, with the Stash kernel's blocks if most lookups of the last
+// read-only pass hit and with every block that fits if most missed. Batches of hits, misses, misses and hits
+// after a fill take each of those ways; every answer must match the model. (On the CPU backend, a smaller
+// run of the same sequence.)
+TEST_P(TableEdgeTest, LargeReadOnlyBatchesAnswerEveryGet) {
+  const bool gpu = GetParam() == BackendKind::kGpu;
+  const int keys = gpu ? 200000 : 20000;
+  const int reads = gpu ? 300000 : 30000;  // on the GPU, over the 135168 threads an H100's Stash kernel holds
+  TableConfig c = config(8, 8, 2 * static_cast<std::uint64_t>(keys));
+  c.max_batch = 1 << 20;  // every batch is one pass
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  std::vector<Op> fill;
+  for (int i = 0; i < keys; ++i) fill.push_back(put("k" + std::to_string(i), "v" + std::to_string(i)));
+  model.run(table, fill);
+  for (const bool mostly_hits : {true, false, false, true}) {
+    std::vector<Op> ops;
+    for (int i = 0; i < reads; ++i) {
+      const bool hit = (i % 10 != 0) == mostly_hits;
+      ops.push_back(get(hit ? "k" + std::to_string(static_cast<std::int64_t>(i) * 7919 % keys) : "m" + std::to_string(i)));
+    }
+    model.run(table, ops);
+    if (HasFatalFailure()) return;
+  }
+  model.check_contents(table);
+}
+
 TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
   Table table(config());
   Columns writes(table, {put("k", "v")});

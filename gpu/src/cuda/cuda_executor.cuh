@@ -63,14 +63,17 @@ class CudaExecutor {
 
   // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides.
   template <class Ref>
-  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy) {
+  void execute(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
     if (n == 0) return;
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
-    if (policy.mode != LaneMode::kClStash && policy.lookups) {
+    // The lookup kernel pays for its launch only in a pass with more ops than the Stash kernel holds at once:
+    // in a smaller one (the service's batches) more resident blocks change nothing.
+    const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, false>>(sm_count_));
+    policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && needed > stash_grid;
+    if (policy.lookups) {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks).
-      const std::uint64_t hits_grid = std::uint64_t{GPUKV_PROBE_MIN_BLOCKS} * static_cast<std::uint64_t>(sm_count_);
-      launch_probing<lookup_kernel<Ref>>(n, f, policy, policy.lookups_miss ? needed : std::min(needed, hits_grid));
+      launch_probing<lookup_kernel<Ref>>(n, f, policy, policy.lookups_miss ? needed : stash_grid);
     }
     if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, false>>(n, f, policy, needed);
     if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref>>(n, f, policy, needed);
