@@ -60,8 +60,9 @@ inline constexpr int kConflictSortBits = 32 + 25;
 // probing past about 0.9 load; plain Stash wins for pure lookups and pure inserts with group probing.
 //
 // A pass without writes under Stash lanes runs in the GPU's lookup kernel if the host launched it
-// (`lookups`: the last finished pass had no writes; else the Stash kernel runs it, and a pass that writes
-// pays no launch for it). `lookups_miss` sizes that kernel: when most lookups of the last pass without
+// (`lookups`: the last finished pass had no writes, and CudaExecutor launches it only for a pass with more
+// ops than the Stash kernel holds at once; else the Stash kernel runs the pass, and a pass that writes pays
+// no launch for it). `lookups_miss` sizes that kernel: when most lookups of the last pass without
 // writes missed, every block that fits runs, because a miss's walk is a chain of ticket words and more warps
 // in flight shorten it; when most hit, as many blocks as the Stash kernel runs, because a hit reads its slot
 // through L1, which more warps thrash (H100, run 141: 6 blocks per SM against 4, misses up to 1.11x, hits
