@@ -11,11 +11,19 @@
 //   cas_far         read 8 B, CAS it, store 32 B to another random line     (an insert today, before its publish)
 //   cas_same_<o>    read 8 B, CAS it, store 32 B at offset o of the line    (an insert with tickets and slots in one line)
 //   xor_random      an atomic XOR on 8 B of a random line                   (today's pass-end publish of a new slot)
+//   pub_far         cas_far, then an atomic XOR with release on the CAS'd word (a board insert with its publish)
+//   pub_same_8      read 8 B, CAS it, store 24 B at offset 8 of the line, then the release XOR on the word
+//                   (a line insert into its unit's first slot, publish included)
+//   pub_same_8_rlx  pub_same_8 with a relaxed XOR (what the release costs)
+//   pub_same_56     pub_same_8 into the bytes 56-79 (a slot that covers parts of two sectors the read did not
+//                   bring into L2)
+//   pub_same_56_pf  pub_same_56 whose read fetches the whole line into L2 (ld .L2::128B)
 //
 // Dependent means the second address is computed from the first load's value (always zero here), so the
 // second access cannot issue before the first returns, as in a real probe.
 //
 //   access_paths_bench_gpu [--window_gb=4] [--ops=134217728] [--repeats=3]
+#include <cuda/atomic>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,7 +41,7 @@ __device__ __forceinline__ std::uint64_t line_of(std::uint64_t key, std::uint64_
   return __umul64hi(dscramble(key), lines);
 }
 
-enum class Pattern { kSector, kTwoLines, kSameLine, kLineThread, kCasFar, kCasSame, kXorRandom };
+enum class Pattern { kSector, kTwoLines, kSameLine, kLineThread, kCasFar, kCasSame, kXorRandom, kPubFar, kPubSame, kPubSameRelaxed, kPubSameLine };
 
 template <Pattern P>
 __global__ void access_kernel(std::uint64_t* data, std::uint64_t lines, const std::uint64_t* keys, std::uint64_t n,
@@ -67,6 +75,26 @@ __global__ void access_kernel(std::uint64_t* data, std::uint64_t lines, const st
       s[1] = make_ulonglong2(0, 0);
     } else if constexpr (P == Pattern::kXorRandom) {
       atomicXor(reinterpret_cast<unsigned long long*>(line), 1ULL);
+    } else if constexpr (P == Pattern::kPubFar || P == Pattern::kPubSame || P == Pattern::kPubSameRelaxed ||
+                         P == Pattern::kPubSameLine) {
+      std::uint64_t t;
+      if constexpr (P == Pattern::kPubSameLine) {
+        asm volatile("ld.relaxed.gpu.global.L2::128B.u64 %0, [%1];" : "=l"(t) : "l"(line) : "memory");
+      } else {
+        t = line[0];
+      }
+      v = atomicCAS(reinterpret_cast<unsigned long long*>(line), t, t + 1);
+      if constexpr (P == Pattern::kPubFar) {
+        auto* s = reinterpret_cast<ulonglong2*>(data + line_of(key ^ 0x5bd1e995, lines) * kLineWords + 4);
+        s[0] = make_ulonglong2(key, key + 1);
+        s[1] = make_ulonglong2(0, 0);
+      } else {
+        // A slot's header, key and value: 24 bytes from word offset_words (1 or 7), the last 16 aligned.
+        line[offset_words] = key;
+        reinterpret_cast<ulonglong2*>(line + offset_words + 1)[0] = make_ulonglong2(key + 1, key + 2);
+      }
+      cuda::atomic_ref<std::uint64_t, cuda::thread_scope_device> word(line[0]);
+      word.fetch_xor(2, P == Pattern::kPubSameRelaxed ? cuda::memory_order_relaxed : cuda::memory_order_release);
     }
     out[i] = v;
   }
@@ -151,5 +179,10 @@ int main(int argc, char** argv) {
   run("cas_same_64", access_kernel<Pattern::kCasSame>, 8);
   run("cas_same_96", access_kernel<Pattern::kCasSame>, 12);
   run("xor_random", access_kernel<Pattern::kXorRandom>, 0);
+  run("pub_far", access_kernel<Pattern::kPubFar>, 0);
+  run("pub_same_8", access_kernel<Pattern::kPubSame>, 1);
+  run("pub_same_8_rlx", access_kernel<Pattern::kPubSameRelaxed>, 1);
+  run("pub_same_56", access_kernel<Pattern::kPubSame>, 7);
+  run("pub_same_56_pf", access_kernel<Pattern::kPubSameLine>, 7);
   return 0;
 }

@@ -194,6 +194,8 @@ struct ExecuteOp {
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred). Either leaves its pending[]
   // entry as it is: kNothingPending.
+  // kFromL2: the walk's (step); a line's insert walks load their first ticket word with its line.
+  template <bool kFromL2 = false>
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
     std::uint32_t entry;
     KeyWords key;
@@ -209,7 +211,7 @@ struct ExecuteOp {
       entry = group_entry(op, key.len);
       if (entry == kNoGroup) return false;  // answered kInvalid
     }
-    return begin_walk(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
+    return begin_walk<kFromL2>(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
   }
 
   // Host threads only (CpuExecutor): an op's key and probe plan, worked out at the op's first prefetch stage
@@ -263,7 +265,7 @@ struct ExecuteOp {
   template <bool kFromL2>
   GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
-    if (begin(op, p)) walk<kFromL2>(op, p, tally);
+    if (begin<kFromL2>(op, p)) walk<kFromL2>(op, p, tally);
   }
   // run() for a pass without writes (read_only), whose every op that is not malformed is a GET alone in the
   // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only.
@@ -298,9 +300,10 @@ struct ExecuteOp {
     e.batch.set_status(op, OpStatus::kInvalid);
     return kNoGroup;
   }
+  template <bool kFromL2 = false>
   GPUKV_HD_INLINE bool begin_walk(std::uint64_t op, std::uint32_t entry, const KeyWords& key, const ProbePlan& plan,
                                   Probe& p) const {
-    const std::uint64_t tickets = e.first_tickets(plan);
+    const std::uint64_t tickets = e.template first_tickets<kFromL2>(plan);
     // A pass in which no op joined another's entry has no shared entry: most passes with writes, each of
     // whose ops then saves a random read of the grouping table, which does not stay in L2 beside the walks'
     // traffic (bench/RESULTS.md, "Nsight Compute").
@@ -354,7 +357,7 @@ struct ExecuteHostOp {
   GPUKV_HD void run(std::uint64_t i, Tally& tally) const {
     const std::uint64_t op = queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1);
     Probe p;
-    if (!execute.begin(op, p)) return;
+    if (!execute.template begin<kFromL2>(op, p)) return;
     const OpIn in = load_op(execute.e.batch, op);
     if (in.kind == OpKind::kGet || in.kind == OpKind::kDelete) execute.e.start_host_walk(p);
     while (!execute.template step<kFromL2>(p, tally)) {
@@ -434,7 +437,7 @@ struct ExecuteSegment {
       }
       if (seen) continue;
       const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
-      e.template run_key<kFromL2>(key, plan, e.first_tickets(plan),
+      e.template run_key<kFromL2>(key, plan, e.template first_tickets<kFromL2>(plan),
                                   SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key}, tally);
     }
   }

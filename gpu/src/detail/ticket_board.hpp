@@ -98,6 +98,21 @@ struct Board {
     return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_relaxed);
   }
 
+  // load(), with the rest of the word's 128-byte line fetched into L2 too (GPU; the same as load() on the
+  // host): in a line, the ticket word of a unit whose slot an insert will write. The slot's sectors are then
+  // in L2 whole when the insert stores into them, so that L2 writes them back as whole sectors later, where a
+  // store into a sector L2 does not hold costs DRAM a read-modify-write at eviction (a packed slot covers
+  // parts of one or two sectors).
+  GPUKV_HD_INLINE std::uint64_t load_line(std::uint64_t word) const {
+#if defined(__CUDA_ARCH__)
+    std::uint64_t v;
+    asm volatile("ld.relaxed.gpu.global.L2::128B.u64 %0, [%1];" : "=l"(v) : "l"(at(word)) : "memory");
+    return v;
+#else
+    return load(word);
+#endif
+  }
+
   // Turns an EMPTY or TOMBSTONE ticket into BUSY (or into `to`, where no thread can read the slot before
   // the step ends: clean-up). `seen` is the caller's latest view of the word and is refreshed when the word
   // changed underneath; returns false if the ticket was no longer available.
