@@ -6,6 +6,7 @@
 //   sector          read 8 B of the line                                    (a miss that ends at one ticket word)
 //   two_lines       read 8 B, then 8 B of another random line, dependent    (a hit today: ticket word, then slot)
 //   same_line_<o>   read 8 B at offset 0, then 8 B at offset o, dependent   (a hit with tickets and slots in one line)
+//   same_line_96_pf same_line_96 whose first read fetches the whole line into L2 (ld .L2::128B)
 //   line_thread     one thread reads the whole line, 8 x 16 B at once
 //   line_tile8      8 threads read the line, 16 B each, one op per tile
 //   cas_far         read 8 B, CAS it, store 32 B to another random line     (an insert today, before its publish)
@@ -41,7 +42,7 @@ __device__ __forceinline__ std::uint64_t line_of(std::uint64_t key, std::uint64_
   return __umul64hi(dscramble(key), lines);
 }
 
-enum class Pattern { kSector, kTwoLines, kSameLine, kLineThread, kCasFar, kCasSame, kXorRandom, kPubFar, kPubSame, kPubSameRelaxed, kPubSameLine };
+enum class Pattern { kSector, kTwoLines, kSameLine, kLineThread, kCasFar, kCasSame, kXorRandom, kPubFar, kPubSame, kPubSameRelaxed, kPubSameLine, kSameLineFetched };
 
 template <Pattern P>
 __global__ void access_kernel(std::uint64_t* data, std::uint64_t lines, const std::uint64_t* keys, std::uint64_t n,
@@ -55,8 +56,13 @@ __global__ void access_kernel(std::uint64_t* data, std::uint64_t lines, const st
     } else if constexpr (P == Pattern::kTwoLines) {
       const std::uint64_t t = line[0];
       v = data[line_of(key ^ 0x5bd1e995 ^ t, lines) * kLineWords + 1];
-    } else if constexpr (P == Pattern::kSameLine) {
-      const std::uint64_t t = line[0];
+    } else if constexpr (P == Pattern::kSameLine || P == Pattern::kSameLineFetched) {
+      std::uint64_t t;
+      if constexpr (P == Pattern::kSameLineFetched) {
+        asm volatile("ld.relaxed.gpu.global.L2::128B.u64 %0, [%1];" : "=l"(t) : "l"(line) : "memory");
+      } else {
+        t = line[0];
+      }
       v = line[offset_words + (t & 1)];
     } else if constexpr (P == Pattern::kLineThread) {
       const auto* l = reinterpret_cast<const ulonglong2*>(line);
@@ -172,6 +178,7 @@ int main(int argc, char** argv) {
   run("same_line_32", access_kernel<Pattern::kSameLine>, 4);
   run("same_line_64", access_kernel<Pattern::kSameLine>, 8);
   run("same_line_96", access_kernel<Pattern::kSameLine>, 12);
+  run("same_line_96_pf", access_kernel<Pattern::kSameLineFetched>, 12);
   run("line_thread", access_kernel<Pattern::kLineThread>, 0);
   report("line_tile8", window, n, best_ms(repeats, [&] { line_tile8_kernel<<<grid, kBlock>>>(data.p, lines, keys.p, n, out.p); }));
   run("cas_far", access_kernel<Pattern::kCasFar>, 0);

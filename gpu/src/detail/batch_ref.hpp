@@ -51,13 +51,15 @@ struct BatchRef {
     return p;
   }
 
-  // A malformed op is answered kInvalid and touches nothing.
+  // A malformed op is answered kInvalid and touches nothing. valid_row() for an op whose row the caller has
+  // loaded (value_len: anything where the op carries no value).
+  GPUKV_HD_INLINE bool valid_row(std::uint8_t op, std::uint32_t key_len, std::uint32_t value_len) const {
+    if (op >= kOpKindCount || key_len > key_width) return false;
+    return !carries_value(op) || (values != nullptr && value_lens != nullptr && value_len <= value_width);
+  }
   GPUKV_HD_INLINE bool valid(std::uint64_t i) const {
     const std::uint8_t op = ops[i];
-    if (op >= kOpKindCount || key_lens[i] > key_width) return false;
-    const bool writes = op == static_cast<std::uint8_t>(OpKind::kPut) ||
-                        op == static_cast<std::uint8_t>(OpKind::kPutIfAbsent);
-    return !writes || (values != nullptr && value_lens != nullptr && value_lens[i] <= value_width);
+    return valid_row(op, key_lens[i], carries_value(op) && value_lens != nullptr ? value_lens[i] : 0);
   }
 };
 
