@@ -162,7 +162,13 @@ TEST(KeyHash, ProbeSequencesOverAPrimeVisitEveryUnit) {
 // Every op of a key lands in one entry; an entry is shared exactly when two or more ops of the pass carry its
 // tag (two keys whose hashes have the same tag bits share one, which only serialises them); every op but the
 // first of a tag reports that it joined an entry.
-TEST(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
+// Both probe orders (GroupOp takes one by the table's size, groups_by_bucket).
+class BatchGroups : public testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(ProbeOrders, BatchGroups, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& p) { return p.param ? "ByBucket" : "ByEntry"; });
+
+TEST_P(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
+  const auto insert = GetParam() ? group_insert_by_bucket : group_insert_by_entry;
   std::mt19937_64 rng(5);
   const std::size_t ops = 20000;
   std::vector<std::uint64_t> keys(5000);
@@ -179,7 +185,7 @@ TEST(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
   std::size_t joined = 0;
   for (std::size_t i = 0; i < ops; ++i) {
     bool j = false;
-    entry[i] = group_insert(groups.data(), size - 1, hashes[i], j);
+    entry[i] = insert(groups.data(), size - 1, hashes[i], j);
     joined += j;
   }
 

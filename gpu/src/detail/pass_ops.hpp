@@ -111,8 +111,9 @@ GPUKV_UNROLL
 // (their walks share cache lines), and ExecuteOp validates it itself: GroupOp and group_of are not used.
 GPUKV_HD_INLINE bool read_only(const PassRef& pass) { return pass.counters->writes == 0; }
 
-// Groups ops by key so that same-key ops take effect in batch order (a pass with writes only).
-template <class Ref>
+// Groups ops by key so that same-key ops take effect in batch order (a pass with writes only). kByBucket:
+// the grouping table's probe order, groups_by_bucket() of its size (batch_groups.hpp).
+template <class Ref, bool kByBucket = false>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
@@ -134,7 +135,9 @@ struct GroupOp {
       return;
     }
     bool joined = false;
-    e.pass.group_of[op] = group_insert(e.pass.groups, e.pass.group_mask, hash_key(key, e.table.key_words), joined);
+    const std::uint64_t h = hash_key(key, e.table.key_words);
+    e.pass.group_of[op] = kByBucket ? group_insert_by_bucket(e.pass.groups, e.pass.group_mask, h, joined)
+                                    : group_insert_by_entry(e.pass.groups, e.pass.group_mask, h, joined);
     tally.joined += joined;
   }
 };

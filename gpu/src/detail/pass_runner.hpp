@@ -271,7 +271,11 @@ class PassRunner {
     const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
     exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
     dirty_bound_ = std::max(dirty_bound_, entries);
-    exec_.for_each(n, GroupOp<Ref>{engine});
+    if (groups_by_bucket(entries)) {
+      exec_.for_each(n, GroupOp<Ref, true>{engine});
+    } else {
+      exec_.for_each(n, GroupOp<Ref, false>{engine});
+    }
     exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_});
     if (ahead) {
       if (copy_lanes_ != 0) {
