@@ -42,7 +42,10 @@ __device__ __forceinline__ std::uint64_t line_of(std::uint64_t key, std::uint64_
   return __umul64hi(dscramble(key), lines);
 }
 
-enum class Pattern { kSector, kTwoLines, kSameLine, kLineThread, kCasFar, kCasSame, kXorRandom, kPubFar, kPubSame, kPubSameRelaxed, kPubSameLine, kSameLineFetched };
+enum class Pattern {
+  kSector, kTwoLines, kSameLine, kSameLineFetched, kLineThread, kCasFar, kCasSame, kXorRandom,
+  kPubFar, kPubSame, kPubSameRelaxed, kPubSameLine
+};
 
 template <Pattern P>
 __global__ void access_kernel(std::uint64_t* data, std::uint64_t lines, const std::uint64_t* keys, std::uint64_t n,

@@ -12,9 +12,10 @@
 // one (groups_by_bucket). The first op of a tag claims an entry with a CAS; a later op with the same tag sets
 // `shared`. After the grouping pass an op whose entry is not shared has a key no other op of the pass
 // carries, and runs at once. The others are deferred: sorted by (entry, op index) and run one entry at a
-// time, in index order, by one thread (see ExecuteSegment). Two different keys may share an entry (same tag on one probe chain); that
-// only serialises them, it never reorders or merges their effects. GroupOp counts the ops that joined an
-// entry (Counters::joined): in a pass where none did, no entry is shared, and ExecuteOp skips reading them.
+// time, in index order, by one thread (see ExecuteSegment). Two different keys may share an entry (same tag
+// on one probe chain); that only serialises them, it never reorders or merges their effects. GroupOp counts
+// the ops that joined an entry (Counters::joined): in a pass where none did, no entry is shared, and
+// ExecuteOp skips reading them.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,9 @@ GPUKV_HD_INLINE void load_group_bucket(std::uint32_t* groups, std::uint64_t firs
                : "=r"(e[4]), "=r"(e[5]), "=r"(e[6]), "=r"(e[7]) : "l"(groups + first + 4) : "memory");
 #else
 GPUKV_UNROLL
-  for (std::uint64_t j = 0; j < kGroupBucket; ++j) e[j] = atomic_ref<std::uint32_t>(groups[first + j]).load(memory_order_relaxed);
+  for (std::uint64_t j = 0; j < kGroupBucket; ++j) {
+    e[j] = atomic_ref<std::uint32_t>(groups[first + j]).load(memory_order_relaxed);
+  }
 #endif
 }
 

@@ -107,8 +107,8 @@ struct Engine {
   PassRef pass;
 
   // The board word of the plan's first unit: callers load it early, so that its latency overlaps other work.
-  // kLine: the walk's compares read from L2 (Engine::step's kFromL2: a line's pass of inserts), and its
-  // ticket loads bring the whole line into L2 (Board::load_line).
+  // kLine: the walk's compares read from L2 (step's kFromL2: a line's passes of inserts, and a line's ordered
+  // and host phases), and its ticket loads bring the whole line into L2 (Board::load_line).
   template <bool kLine = false>
   GPUKV_HD_INLINE std::uint64_t first_tickets(const ProbePlan& plan) const {
     return kLine ? table.board.load_line(table.word_of(plan.first)) : table.board.load(table.word_of(plan.first));
@@ -198,7 +198,8 @@ struct Engine {
     if (p.probe >= t.units) return end_of_tier<kWithHost>(p);
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
-    const std::uint64_t tickets = p.probe == 0 ? p.tickets : kFromL2 && !kHost ? t.board.load_line(word) : t.board.load(word);
+    const std::uint64_t tickets =
+        p.probe == 0 ? p.tickets : kFromL2 && !kHost ? t.board.load_line(word) : t.board.load(word);
     std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
     if constexpr (kHost) {
       // Stash Figure 4: every occupied ticket whose info differs is a host read not made, and so is every
