@@ -110,7 +110,7 @@ GPUKV_UNROLL
 // Grouping tables of at least this many entries (32 MB: passes of more than 2M ops) are probed by bucket,
 // smaller ones by entry: a table L2 holds answers a CAS at once, and most ops' first CAS takes their entry;
 // a larger one is a DRAM access per probe. Every op of a pass probes the same way (GroupOp's kByBucket, a
-// kernel of its own for each, picked by the host from the pass's size). H100 (runs 155, 158 and 159):
+// kernel of its own for each, picked by the host from the pass's size). H100 (runs 155, 158 and 160):
 // GroupOp 17-20% faster by bucket over passes of 4M ops (writes 1.02-1.05x), but 16-25% slower over passes
 // of 0.2M and 1.7M ops.
 inline constexpr std::uint64_t kBucketProbeEntries = std::uint64_t{1} << 23;
