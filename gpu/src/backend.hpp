@@ -85,11 +85,16 @@ Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* b
     ref.board.words = reinterpret_cast<std::uint64_t*>(slots);
     ref.board.stride = kLineBytes / sizeof(std::uint64_t);
     ref.slots = slots == nullptr ? nullptr : slots + kLineSlotsOffset;
+    ref.lens = slots == nullptr ? nullptr : slots + kLineLensOffset;
+    ref.lens_stride = tier.len_bits / 4;  // two lengths per slot
   } else {
     ref.board.words = board;
     ref.board.stride = 1;
-    ref.slots = slots;
+    ref.slots = slots == nullptr ? nullptr : slots + kSlotHeaderBytes;
+    ref.lens = slots;
+    ref.lens_stride = tier.slot_stride;
   }
+  ref.len_bits = tier.len_bits;
   ref.tags = tags;
   ref.units = tier.units;
   ref.positions = tier.positions;

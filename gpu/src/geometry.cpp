@@ -26,15 +26,17 @@ TierGeometry tier_geometry(const TableConfig& c, std::uint64_t slots, SlotLayout
   TierGeometry t;
   t.layout = layout;
   const std::uint32_t per_word = 64 / c.ticket_bits;
-  // A slot: | key_len u32 | value_len u32 | key | value |. On a board, rounded up to whole 32-byte sectors
-  // (table_ref.hpp); in a line, packed after the ticket word.
-  const std::uint32_t slot_bytes = kSlotHeaderBytes + c.key_width + value_stride(c.value_width);
+  // A slot is its key and value. On a board, behind its two 32-bit lengths and rounded up to whole 32-byte
+  // sectors; in a line, packed after the ticket word and the word of the line's lengths (table_ref.hpp).
+  const std::uint32_t vstride = value_stride(c.value_width);
   if (layout == SlotLayout::kLine) {
-    t.slot_stride = slot_bytes;
-    t.unit_slots = std::min(per_word, (kLineBytes - kLineSlotsOffset) / slot_bytes);
+    t.slot_stride = c.key_width + vstride;
+    t.len_bits = line_len_bits(c.key_width, vstride);
+    t.unit_slots = line_slots(c.key_width, vstride, per_word);
     t.word_slots_stride = kLineBytes;
   } else {
-    t.slot_stride = round_up_to_sectors(slot_bytes);
+    t.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + vstride);
+    t.len_bits = kBoardLenBits;
     t.unit_slots = c.probing == Probing::kGroup ? per_word : 1;
     t.word_slots_stride = per_word * t.slot_stride;
   }
@@ -94,12 +96,13 @@ Geometry make_geometry(const TableConfig& c) {
   }
   if (c.slot_layout == SlotLayout::kLine) {
     if (c.probing != Probing::kGroup) reject("slot_layout line needs group probing: a line is one probe unit");
-    const std::uint32_t slot_bytes = kSlotHeaderBytes + c.key_width + value_stride(c.value_width);
-    if ((kLineBytes - kLineSlotsOffset) / slot_bytes < kMinLineSlots) {
-      reject("slot_layout line holds " + std::to_string(kMinLineSlots) + " or more slots of " + std::to_string(kSlotHeaderBytes) +
-             " + key_width + value_width bytes in a " + std::to_string(kLineBytes) + "-byte line; key_width " +
-             std::to_string(c.key_width) + " and value_width " + std::to_string(c.value_width) +
-             " make a slot of " + std::to_string(slot_bytes) + " bytes: use slot_layout board");
+    const std::uint32_t vstride = value_stride(c.value_width);
+    if (line_slots(c.key_width, vstride, 64 / c.ticket_bits) < kMinLineSlots) {
+      reject("slot_layout line holds " + std::to_string(kMinLineSlots) + " or more slots of key_width + value_width bytes in the " +
+             std::to_string(kLineBytes - kLineSlotsOffset) + " bytes a " + std::to_string(kLineBytes) +
+             "-byte line has after its ticket and length words; key_width " + std::to_string(c.key_width) +
+             " and value_width " + std::to_string(c.value_width) + " make a slot of " +
+             std::to_string(c.key_width + vstride) + " bytes: use slot_layout board");
     }
   }
   Geometry g;

@@ -20,6 +20,7 @@ struct TierGeometry {
   std::uint64_t board_words = 0;    // 64-bit ticket words
   std::uint32_t unit_slots = 0;     // slots per probe unit
   std::uint32_t slot_stride = 0;    // bytes from one slot to the next within a unit
+  std::uint32_t len_bits = 0;       // bits of each of a slot's two lengths (TableRef::len_bits)
   std::uint32_t word_slots_stride = 0;  // bytes from a word's first slot to the next word's
   std::uint64_t board_bytes() const { return layout == SlotLayout::kLine ? 0 : board_words * sizeof(std::uint64_t); }
   // The slots' memory; in the line layout, the tickets' too.

@@ -484,37 +484,57 @@ TEST_P(TableEdgeTest, BadSettingsAreRejectedWithAClearError) {
   rejects([](TableConfig& c) { c.slot_layout = SlotLayout::kLine; c.key_width = 32; c.value_width = 32; }, "slot_layout board");
 }
 
-// The line layout's memory: a unit is one 128-byte line holding its ticket word and as many packed slots as
-// fit (5 of 24 bytes for 8-byte keys and values), with no board apart; every slot of it takes a key.
+// The line layout's memory: a unit is one 128-byte line holding its ticket word, its lengths word and as many
+// packed slots as fit, with no board apart; every slot of it takes a key. 8-byte keys and values: 7 slots of
+// 16 bytes, their lengths a nibble each; 16-byte keys: 4 slots of 24 bytes, a byte each. Values of every
+// length from 0 to the width, overwritten with other lengths: a slot's lengths never disturb its
+// neighbours', and an overwrite keeps its key's length.
 TEST_P(TableEdgeTest, LineLayoutPacksAUnitIntoOneLine) {
-  TableConfig c = config();
-  c.slot_layout = SlotLayout::kLine;
-  c.capacity = 1000;
-  c.max_load_factor = 1.0;
-  Table table(c);
-  const TableStats s = table.stats();
-  EXPECT_EQ(s.device.board_bytes, 0u);
-  ASSERT_EQ(s.device.capacity % 5, 0u);
-  EXPECT_GE(s.device.capacity, 1000u);
-  EXPECT_EQ(s.device.slot_bytes, s.device.capacity / 5 * kLineBytes);
-  EXPECT_EQ(table.slot_count(), s.device.capacity / 5 * 8);  // positions keep the board's numbering
-  std::vector<Op> fill;
-  for (std::uint64_t i = 0; i < s.device.capacity; ++i) fill.push_back(put("k" + std::to_string(i), std::to_string(i)));
-  Columns all(table, fill);
-  table.execute(all.in(), all.out());
-  for (std::uint64_t i = 0; i < s.device.capacity; ++i) ASSERT_EQ(all.status(i), OpStatus::kOk) << i;
-  Columns one_more(table, {put("one more", "x")});
-  table.execute(one_more.in(), one_more.out());
-  EXPECT_EQ(one_more.status(0), OpStatus::kFull);
-  EXPECT_EQ(table.stats().device.items, s.device.capacity);
-  // Packed slots sit side by side in a line: no write spilled into a neighbour.
-  std::vector<Op> reads;
-  for (std::uint64_t i = 0; i < s.device.capacity; ++i) reads.push_back(get("k" + std::to_string(i)));
-  Columns got(table, reads);
-  table.execute(got.in(), got.out());
-  for (std::uint64_t i = 0; i < s.device.capacity; ++i) {
-    ASSERT_EQ(got.status(i), OpStatus::kOk) << i;
-    ASSERT_EQ(got.value(i), std::to_string(i)) << i;
+  struct Widths {
+    std::uint32_t key_width, value_width;
+    std::uint64_t per_line;
+  };
+  for (const Widths w : {Widths{8, 8, 7}, Widths{16, 8, 4}}) {
+    SCOPED_TRACE(testing::Message() << "key_width " << w.key_width);
+    TableConfig c = config(w.key_width, w.value_width, 1000);
+    c.slot_layout = SlotLayout::kLine;
+    c.max_load_factor = 1.0;
+    Table table(c);
+    const TableStats s = table.stats();
+    EXPECT_EQ(s.device.board_bytes, 0u);
+    ASSERT_EQ(s.device.capacity % w.per_line, 0u);
+    EXPECT_GE(s.device.capacity, 1000u);
+    EXPECT_EQ(s.device.slot_bytes, s.device.capacity / w.per_line * kLineBytes);
+    EXPECT_EQ(table.slot_count(), s.device.capacity / w.per_line * 8);  // positions keep the board's numbering
+    const auto key = [](std::uint64_t i) { return "k" + std::to_string(i); };
+    // `round` 0 or 1: i's value in that round, of length (i + round) % 9 (0 to 8 bytes).
+    const auto value = [](std::uint64_t i, int round) {
+      return (std::to_string(i) + "abcdefgh").substr(0, (i + round) % 9);
+    };
+    std::vector<Op> fill;
+    for (std::uint64_t i = 0; i < s.device.capacity; ++i) fill.push_back(put(key(i), value(i, 0)));
+    Columns all(table, fill);
+    table.execute(all.in(), all.out());
+    for (std::uint64_t i = 0; i < s.device.capacity; ++i) ASSERT_EQ(all.status(i), OpStatus::kOk) << i;
+    Columns one_more(table, {put("one more", "x")});
+    table.execute(one_more.in(), one_more.out());
+    EXPECT_EQ(one_more.status(0), OpStatus::kFull);
+    EXPECT_EQ(table.stats().device.items, s.device.capacity);
+    // Every other key overwritten with a value of another length.
+    std::vector<Op> overwrite;
+    for (std::uint64_t i = 0; i < s.device.capacity; i += 2) overwrite.push_back(put(key(i), value(i, 1)));
+    Columns over(table, overwrite);
+    table.execute(over.in(), over.out());
+    for (std::size_t j = 0; j < overwrite.size(); ++j) ASSERT_EQ(over.status(j), OpStatus::kOk) << j;
+    // Packed slots sit side by side in a line: no write spilled into a neighbour.
+    std::vector<Op> reads;
+    for (std::uint64_t i = 0; i < s.device.capacity; ++i) reads.push_back(get(key(i)));
+    Columns got(table, reads);
+    table.execute(got.in(), got.out());
+    for (std::uint64_t i = 0; i < s.device.capacity; ++i) {
+      ASSERT_EQ(got.status(i), OpStatus::kOk) << i;
+      ASSERT_EQ(got.value(i), value(i, i % 2 == 0 ? 1 : 0)) << i;
+    }
   }
 }
 

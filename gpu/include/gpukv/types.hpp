@@ -44,9 +44,10 @@ enum class Probing : std::uint8_t { kGroup, kSingle };
 
 // Where the device tier keeps its tickets. kBoard: on a ticket-board apart from the slots, as Stadium
 // Hashing lays them out (the host tier always does: its board stays in GPU memory while its slots are in
-// host memory). kLine: each probe unit is one 128-byte line holding its ticket word and the slots it
-// describes, so that a hit reads one line of memory where kBoard reads two; group probing only, and the line
-// must hold at least kMinLineSlots slots of 8 + key_width + value_width bytes (bench/RESULTS.md, issue 17).
+// host memory). kLine: each probe unit is one 128-byte line holding its ticket word, a word of its slots'
+// lengths and the slots it describes, so that a hit reads one line of memory where kBoard reads two; group
+// probing only, and the line must hold at least kMinLineSlots slots of key_width + value_width bytes in the
+// 112 bytes after those two words (7 slots for 8-byte keys and values; bench/RESULTS.md, issue 17).
 enum class SlotLayout : std::uint8_t { kBoard, kLine };
 inline constexpr std::uint32_t kLineBytes = 128;
 inline constexpr std::uint32_t kMinLineSlots = 3;

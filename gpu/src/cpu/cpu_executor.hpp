@@ -17,6 +17,8 @@ namespace cpu {
 
 class CpuExecutor {
  public:
+  // Host threads walk a line as they walk a board (Walk::kAny: PassRunner::phase_walk).
+  static constexpr bool kLineWalks = false;
   // Ops per chunk handed to a thread by the steps that probe the table: large enough to amortise the
   // hand-off, small enough to balance.
   static constexpr std::uint64_t kGrain = 2048;

@@ -26,7 +26,7 @@ struct ShelvedWalk {
   std::uint64_t op;
 };
 
-template <int kBlockThreads, class Ref>
+template <int kBlockThreads, Walk kWalk, class Ref>
 __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally& tally) {
   constexpr int kWarps = kBlockThreads / 32;
   // Raw storage: a walk has default member initialisers, which __shared__ variables may not run.
@@ -41,12 +41,18 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
   unsigned shelved = 0;  // walks on the shelf; the same in every lane
 
   ShelvedWalk w;
+  // A walk taken off the shelf. A board's walks carry no lengths word (Walk::kAny): zeroed rather than copied,
+  // so that it takes no register.
+  const auto unshelve = [&w](const ShelvedWalk& from) {
+    w = from;
+    if constexpr (kWalk == Walk::kAny) w.probe.words.lens = 0;
+  };
   bool walking = false;  // this lane holds an unfinished walk
   // Advances this lane's walk by one unit; applies the op when the walk ends.
   const auto advance = [&] {
-    if (walking && f.step(w.probe, tally)) {
+    if (walking && f.template step<kWalk>(w.probe, tally)) {
       // The op is loaded only now: carrying it on the shelf would cost shared memory and registers.
-      f.finish(w.op, w.probe, load_op(f.e.batch, w.op), tally);
+      f.template finish<kWalk>(w.op, w.probe, load_op(f.e.batch, w.op), tally);
       walking = false;
     }
   };
@@ -55,7 +61,7 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
     // Fig. 12 lines 3-9: every lane takes a fresh op and takes one step.
     w.op = next + lane;
     next += warps * 32;
-    walking = w.op < n && f.begin(w.op, w.probe);
+    walking = w.op < n && f.template begin<kWalk>(w.op, w.probe);
     advance();
     unsigned unfinished = __ballot_sync(0xFFFFFFFFu, walking);
     // Lines 10-22: no room on the shelf for the unfinished walks, so free lanes take shelved walks and
@@ -65,7 +71,7 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
       const unsigned takers = min(static_cast<unsigned>(__popc(free_lanes)), shelved);
       const unsigned rank = __popc(free_lanes & below);
       if (!walking && rank < takers) {
-        w = shelf[shelved - 1 - rank];
+        unshelve(shelf[shelved - 1 - rank]);
         walking = true;
       }
       shelved -= takers;
@@ -83,7 +89,7 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
   while (shelved > 0) {
     const unsigned take = min(shelved, 32u);
     walking = lane < take;
-    if (walking) w = shelf[shelved - 1 - lane];
+    if (walking) unshelve(shelf[shelved - 1 - lane]);
     shelved -= take;
     __syncwarp();
     while (__any_sync(0xFFFFFFFFu, walking)) advance();

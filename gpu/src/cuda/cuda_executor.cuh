@@ -41,6 +41,8 @@ struct EventHandle {
 
 class CudaExecutor {
  public:
+  // A line's ordered and host phases walk as Walk::kLineFromL2 (PassRunner::phase_walk).
+  static constexpr bool kLineWalks = true;
   CudaExecutor(cudaStream_t stream, int device, int sm_count, Counters* counters)
       : stream_(stream),
         sm_count_(sm_count),
@@ -61,25 +63,40 @@ class CudaExecutor {
     clock_.end(stream_);
   }
 
-  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides.
+  // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides, in
+  // the kernels built for the table's layout (Walk).
   template <class Ref>
   void execute(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
     if (n == 0) return;
-    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     clock_.begin(stream_, ExecuteOp<Ref>::kName);
+    if constexpr (Ref::kProbing == Probing::kGroup) {  // the only probing a line has
+      if (!f.e.table.slots_own_sectors()) {
+        execute_walks<Walk::kLine>(n, f, policy);
+        clock_.end(stream_);
+        return;
+      }
+    }
+    execute_walks<Walk::kAny>(n, f, policy);
+    clock_.end(stream_);
+  }
+
+  template <Walk kWalk, class Ref>
+  void execute_walks(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
+    const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     // The lookup kernel pays for its launch only in a pass with more ops than the Stash kernel holds at once:
     // in a smaller one (the service's batches) more resident blocks change nothing.
-    const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, false>>(sm_count_));
+    const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, kWalk>>(sm_count_));
     policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && needed > stash_grid;
     if (policy.lookups) {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks).
-      launch_probing<lookup_kernel<Ref>>(n, f, policy, policy.lookups_miss ? needed : stash_grid);
+      launch_probing<lookup_kernel<Ref, kWalk>>(n, f, policy, policy.lookups_miss ? needed : stash_grid);
     }
-    if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, false>>(n, f, policy, needed);
-    if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref>>(n, f, policy, needed);
+    if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, kWalk>>(n, f, policy, needed);
+    if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref, kWalk>>(n, f, policy, needed);
     // A line's passes of inserts (Engine::compares_in_l2), if the pass before was one too.
-    if (f.e.pass.inserts_expected) launch_probing<stash_kernel<Ref, true>>(n, f, policy, needed);
-    clock_.end(stream_);
+    if constexpr (kWalk == Walk::kLine) {
+      if (f.e.pass.inserts_expected) launch_probing<stash_kernel<Ref, Walk::kLineFromL2>>(n, f, policy, needed);
+    }
   }
 
   // One probing kernel over a grid of resident blocks.

@@ -88,44 +88,47 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
 // into the Stash loop. Under Stash lanes, a pass without writes runs in a kernel of its own (lookup_kernel)
 // where the host launched it (LanePolicy::lookups).
 //
-// A line's passes of inserts compare keys from L2 (Engine::compares_in_l2): a third kernel, launched only
-// for a line's pass that follows one of inserts (PassRef::inserts_expected), runs them, with Stash lanes
-// whatever the policy (which picks Stash for such passes under group probing, the only probing a line
-// has). A kernel apart, not a branch in one kernel: with both walk loops in one kernel, board inserts,
-// which never read from L2, ran 5% slower (bench/RESULTS.md, "a line's new keys published in the pass").
-template <class Ref, bool kFromL2>
+// Each kernel is built for one kind of walk (Walk), which the host picks by the table's layout: kAny for a
+// board, kLine for a line. A line's passes of inserts compare keys from L2 (Engine::compares_in_l2): a third
+// kernel (kLineFromL2), launched only for a line's pass that follows one of inserts
+// (PassRef::inserts_expected), runs them, with Stash lanes whatever the policy (which picks Stash for such
+// passes under group probing, the only probing a line has). A kernel apart, not a branch in one kernel: with
+// both walk loops in one kernel, board inserts, which never read from L2, ran 5% slower (bench/RESULTS.md,
+// "a line's new keys published in the pass").
+template <class Ref, Walk kWalk>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
+  constexpr bool kFromL2 = kWalk == Walk::kLineFromL2;
   if (f.idle() || f.compares_in_l2() != kFromL2 ||
       (!kFromL2 && (policy.collaborative(*counters) || (policy.lookups && read_only(f.e.pass))))) {
     return;
   }
   Tally tally;
-  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run<kFromL2>(op, t); }, tally);
+  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run<kWalk>(op, t); }, tally);
   flush_tally(tally, counters);
 }
 
 // A pass without writes under Stash lanes: one lookup per thread, in a kernel of its own whose registers are
 // a lookup's only, so that more of its warps can be resident (H100, run 141: passes of misses 1.02-1.11x
 // with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4).
-template <class Ref>
+template <class Ref, Walk kWalk>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_LOOKUP_MIN_BLOCKS)
     lookup_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
   if (f.idle() || !read_only(f.e.pass) || policy.collaborative(*counters)) return;
   Tally tally;
-  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.run_lookup(op, t); }, tally);
+  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<kWalk>(op, t); }, tally);
   flush_tally(tally, counters);
 }
 
-template <class Ref>
+template <class Ref, Walk kWalk>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_CLSTASH_MIN_BLOCKS)
     clstash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
   if (f.idle() || f.compares_in_l2() || !policy.collaborative(*counters)) return;
   Tally tally;
-  clstash_execute<kBlockThreads>(n, f, tally);
+  clstash_execute<kBlockThreads, kWalk>(n, f, tally);
   flush_tally(tally, counters);
 }
 

@@ -34,7 +34,7 @@ struct BatchRef {
   }
   GPUKV_HD_INLINE void set_status(std::uint64_t i, OpStatus s) const { status[i] = static_cast<std::uint8_t>(s); }
   // A write's value, loaded together with the op's other columns so that the latency overlaps the probe.
-  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t i) const { return load_value(value_words(i), value_lens + i, value_stride); }
+  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t i) const { return load_value(value_words(i), value_lens[i], value_stride); }
 
   // Ops [begin, begin + n) of the batch, n clipped at its end: one pass of a larger batch.
   BatchRef part(std::uint64_t begin, std::uint64_t n) const {

@@ -31,7 +31,7 @@ struct CleanupWord {
 
   GPUKV_HD_INLINE KeyWords stored_key(std::uint64_t slot) const {
     KeyWords k;
-    k.len = *table.key_len(slot);
+    k.len = table.load_lens(slot).key;
     const std::uint64_t* words = table.key_words_at(slot);
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) k.w[j] = j < table.key_words ? words[j] : 0;
@@ -58,6 +58,13 @@ GPUKV_UNROLL
 // Slots per region of the extraction buffer: a region's threads share one counter for their places.
 inline constexpr std::uint64_t kCleanupRegionSlots = 1 << 14;
 
+// Bytes of an extracted slot in the buffer: its lengths as a board slot holds them (key_len | value_len << 32),
+// then its key and value.
+template <class Ref>
+GPUKV_HD_INLINE std::uint64_t record_bytes(const Ref& table) {
+  return 8 + table.data_bytes();
+}
+
 template <class Ref>
 struct CleanupCount {
   static constexpr const char* kName = "CleanupCount";
@@ -78,7 +85,7 @@ template <class Ref>
 struct CleanupExtract {
   static constexpr const char* kName = "CleanupExtract";
   CleanupWord<Ref> w;
-  std::uint8_t* buffer;         // extracted slots, slot_stride bytes each
+  std::uint8_t* buffer;         // extracted slots, record_bytes() each
   unsigned long long* regions;  // each region's next place in the buffer
   GPUKV_HD void operator()(std::uint64_t slot, Tally& tally) const {
     using Codec = typename Ref::Codec;
@@ -90,9 +97,11 @@ struct CleanupExtract {
       w.table.board.flip(word, field, code, Codec::kEmpty);
     } else if (code >= Codec::kFirstFull && w.displaced(slot)) {
       const auto index = append_index_to(&regions[slot / kCleanupRegionSlots]);
-      const auto* from = reinterpret_cast<const std::uint64_t*>(w.table.slot(slot));
-      auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * w.table.slot_stride);
-      for (std::uint32_t j = 0; j < w.table.slot_stride / 8; ++j) to[j] = from[j];
+      const SlotLens lens = w.table.load_lens(slot);
+      const std::uint64_t* from = w.table.key_words_at(slot);
+      auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * record_bytes(w.table));
+      to[0] = std::uint64_t{lens.key} | (std::uint64_t{lens.value} << 32);
+      for (std::uint32_t j = 0; j < w.table.data_bytes() / 8; ++j) to[1 + j] = from[j];
       w.table.board.flip(word, field, code, Codec::kEmpty);
       ++tally.extracted;
     }
@@ -108,7 +117,7 @@ struct CleanupReinsert {
   GPUKV_HD void operator()(std::uint64_t i, Tally&) const {
     using Codec = typename Ref::Codec;
     const Ref& table = w.table;
-    const auto* from = reinterpret_cast<const std::uint64_t*>(buffer + i * table.slot_stride);
+    const auto* from = reinterpret_cast<const std::uint64_t*>(buffer + i * record_bytes(table));
     KeyWords key;
     key.len = static_cast<std::uint32_t>(from[0] & 0xFFFFFFFFu);
 GPUKV_UNROLL
@@ -124,8 +133,9 @@ GPUKV_UNROLL
       atomic_ref<unsigned long long>(counters->lost).fetch_add(1, memory_order_relaxed);
       return;
     }
-    auto* to = reinterpret_cast<std::uint64_t*>(table.slot(slot));
-    for (std::uint32_t j = 0; j < table.slot_stride / 8; ++j) to[j] = from[j];
+    table.store_lens(slot, SlotLens{key.len, static_cast<std::uint32_t>(from[0] >> 32)});
+    std::uint64_t* to = table.key_words_at(slot);
+    for (std::uint32_t j = 0; j < table.data_bytes() / 8; ++j) to[j] = from[1 + j];
     if (table.tags != nullptr) table.tags[slot] = Ref::tag_of(plan.info);
   }
 };

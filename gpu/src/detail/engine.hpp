@@ -58,6 +58,13 @@ struct Location {
   std::uint32_t host_avoided = 0;  // host slot reads the info bits ruled out (added to the tally by apply())
 };
 
+// A unit's board word and, for a line's walks on the GPU (Walk::kLine, kLineFromL2), its slots' lengths word,
+// loaded with it; 0 otherwise.
+struct UnitWords {
+  std::uint64_t tickets;
+  std::uint64_t lens;
+};
+
 // One key's walk along its probe sequence, resumable a unit at a time: Stash walks it to the end in one
 // thread; clStash parks unfinished walks in shared memory and hands them to idle lanes (clstash_kernel.cuh).
 struct Probe {
@@ -66,7 +73,8 @@ struct Probe {
   std::uint64_t code;     // the key's info code
   std::uint64_t unit;     // the next unit to examine
   std::uint64_t probe;    // its position in the sequence
-  std::uint64_t tickets;  // its board word when probe == 0 (loaded early); reloaded for later units
+  UnitWords words;        // its words when probe == 0 (loaded early; later units load theirs); once the walk
+                          // found its key in the device tier, the words of the key's unit
   Location at;            // the outcome so far; final once step() returns true
 };
 
@@ -106,24 +114,33 @@ struct Engine {
   BatchRef batch;
   PassRef pass;
 
-  // The board word of the plan's first unit: callers load it early, so that its latency overlaps other work.
-  // kLine: the walk's compares read from L2 (step's kFromL2: a line's passes of inserts, and a line's ordered
-  // and host phases), and its ticket loads bring the whole line into L2 (Board::load_line).
-  template <bool kLine = false>
-  GPUKV_HD_INLINE std::uint64_t first_tickets(const ProbePlan& plan) const {
-    return kLine ? table.board.load_line(table.word_of(plan.first)) : table.board.load(table.word_of(plan.first));
+  // A device-tier unit's words as a walk of kind kWalk loads them (Walk).
+  template <Walk kWalk>
+  GPUKV_HD_INLINE UnitWords load_unit(std::uint64_t word) const {
+    UnitWords u{0, 0};
+    if constexpr (kWalk == Walk::kAny) {
+      u.tickets = table.board.load(word);
+    } else {
+      table.board.template load_with_next<kWalk == Walk::kLineFromL2>(word, u.tickets, u.lens);
+    }
+    return u;
+  }
+  // The words of the plan's first unit: callers load them early, so that their latency overlaps other work.
+  template <Walk kWalk = Walk::kAny>
+  GPUKV_HD_INLINE UnitWords first_unit(const ProbePlan& plan) const {
+    return load_unit<kWalk>(table.word_of(plan.first));
   }
 
-  // A walk for `key` from the plan's first unit, whose board word `tickets` the caller loaded early
-  // (first_tickets()), so that its latency overlapped other work.
-  GPUKV_HD_INLINE Probe start(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets) const {
+  // A walk for `key` from the plan's first unit, whose words the caller loaded early (first_unit()), so that
+  // their latency overlapped other work.
+  GPUKV_HD_INLINE Probe start(const KeyWords& key, const ProbePlan& plan, UnitWords first) const {
     Probe p;
     p.key = key;
     p.plan = plan;
     p.code = Codec::info_code(plan.info);
     p.unit = plan.first;
     p.probe = 0;
-    p.tickets = tickets;
+    p.words = first;
     return p;
   }
 
@@ -150,24 +167,24 @@ struct Engine {
   // at.to_host set: the probing kernels leave every host access to the host phase (pass_ops.hpp), so their
   // hot loop carries none of the host tier's registers.
   //
-  // kFromL2: the device tier's key compares read from L2 (TableRef::key_equals), as a walk must on the GPU
-  // where compares_in_l2() says so. A template parameter, chosen once per thread by the kernel, rather than
-  // a test at every compare: that test, though the same in every lane, halved the lanes active per
-  // instruction in the probing loop and cost finds up to 56% (bench/RESULTS.md, "a line's new keys
-  // published in the pass").
-  template <bool kWithHost = true, bool kFromL2 = false>
+  // kWalk: how the device tier's units and compares are read (Walk): kLineFromL2 where compares_in_l2() says
+  // so, kLine for a line's other walks on the GPU. A template parameter, chosen once per thread by the kernel,
+  // rather than a test at every compare: that test, though the same in every lane, halved the lanes active
+  // per instruction in the probing loop and cost finds up to 56% (bench/RESULTS.md, "a line's new keys
+  // published in the pass"). The host tier, always a board, is walked as Walk::kAny.
+  template <bool kWithHost = true, Walk kWalk = Walk::kAny>
   GPUKV_HD bool step(Probe& p, Tally& tally) const {
     if constexpr (kWithHost) {
       // Two instantiations rather than a tier chosen at run time: neither the tiers nor the tally are ever
       // selected by reference, which would move them from registers to local memory.
-      return p.at.in_host ? step_in<true, true, false>(host, p, tally)
-                          : step_in<false, true, kFromL2>(table, p, tally);
+      return p.at.in_host ? step_in<true, true, Walk::kAny>(host, p, tally)
+                          : step_in<false, true, kWalk>(table, p, tally);
     } else {
-      return step_in<false, false, kFromL2>(table, p, tally);
+      return step_in<false, false, kWalk>(table, p, tally);
     }
   }
 
-  // Whether the probing step's device-tier compares read from L2 (step's kFromL2, picked by the kernel): on
+  // Whether the probing step's device-tier compares read from L2 (step's kLineFromL2, picked by the kernel): on
   // the GPU, in a line, during a pass of inserts, one whose every op writes while the pass before added
   // keys (PassRef::inserts_expected). A kernel whose compares read from L2 publishes its new keys in the pass
   // (commit). A line's other passes keep FinishPass, because their compares through L1 are faster: by 7%
@@ -181,25 +198,13 @@ struct Engine {
 #endif
   }
 
-  // Calls f(std::bool_constant<kFromL2>) with the compare source of the steps that run after the probing
-  // step (the ordered phase, the host phase): through L1 on a board; from L2 in a line, whose new keys they
-  // then publish at once (commit). The same in every thread.
-  template <class F>
-  GPUKV_HD_INLINE void with_phase_compares(F&& f) const {
-    if (table.slots_own_sectors()) {
-      f(std::false_type{});
-    } else {
-      f(std::true_type{});
-    }
-  }
-
-  template <bool kHost, bool kWithHost, bool kFromL2>
+  template <bool kHost, bool kWithHost, Walk kWalk>
   GPUKV_HD_INLINE bool step_in(const Ref& t, Probe& p, Tally& tally) const {
     if (p.probe >= t.units) return end_of_tier<kWithHost>(p);
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
-    const std::uint64_t tickets =
-        p.probe == 0 ? p.tickets : kFromL2 && !kHost ? t.board.load_line(word) : t.board.load(word);
+    const UnitWords u = p.probe == 0 ? p.words : kHost ? UnitWords{t.board.load(word), 0} : load_unit<kWalk>(word);
+    const std::uint64_t tickets = u.tickets;
     std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
     if constexpr (kHost) {
       // Stash Figure 4: every occupied ticket whose info differs is a host read not made, and so is every
@@ -221,9 +226,10 @@ struct Engine {
     for (std::uint64_t m = matches; m != 0; m &= m - 1) {
       const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
       if constexpr (kHost) tally.host_reads += 1;
-      if (t.template key_equals<kFromL2>(slot, p.key)) {
+      if (t.template key_equals<kWalk>(slot, p.key, u.lens)) {
         p.at.hit = true;
         p.at.slot = slot;
+        if constexpr (!kHost) p.words = u;  // the lengths word a line's hit reads its value's length from
         return true;
       }
     }
@@ -256,7 +262,7 @@ struct Engine {
     p.plan = plan_probe(hash_key(p.key, table.key_words), host.units);
     p.unit = p.plan.first;
     p.probe = 0;
-    p.tickets = host.board.load(host.word_of(p.unit));
+    p.words = UnitWords{host.board.load(host.word_of(p.unit)), 0};
     return false;
   }
 
@@ -332,23 +338,22 @@ struct Engine {
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
   // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn); Ops::kAlone says whether
-  // the key has exactly one op in the pass. `tickets` is first_tickets(plan).
-  // kFromL2: as in step (the caller's choice).
-  template <bool kFromL2, class Ops>
-  GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, std::uint64_t tickets, Ops ops,
-                        Tally& tally) const {
-    Probe p = start(key, plan, tickets);
-    while (!step<true, kFromL2>(p, tally)) {
+  // the key has exactly one op in the pass. `first` is first_unit<kWalk>(plan).
+  // kWalk: as in step (the caller's choice).
+  template <Walk kWalk, class Ops>
+  GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, UnitWords first, Ops ops, Tally& tally) const {
+    Probe p = start(key, plan, first);
+    while (!step<true, kWalk>(p, tally)) {
     }
-    apply<true, kFromL2>(p, ops, tally);
+    apply<true, kWalk>(p, ops, tally);
   }
 
   // Applies a key's ops, in order, once its walk is over (step<kWithHost>() returned true). Returns true.
   // kWithHost false (the probing kernels: one op, walked in the device tier only): returns false, having
   // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
   // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
-  // registers are tight. kFromL2: the walk's (step), which says whether a new key may be published now.
-  template <bool kWithHost, bool kFromL2 = false, class Ops>
+  // registers are tight. kWalk: the walk's (step), which says whether a new key may be published now.
+  template <bool kWithHost, Walk kWalk = Walk::kAny, class Ops>
   GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
     if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
@@ -379,7 +384,7 @@ struct Engine {
             } else if (Ops::kAlone && pass.copy_later && batch.out_values != nullptr) {
               gather = true;  // alone in the pass: nothing changes the slot before CopyValues reads it
             } else {
-              write_get(op, table.value_in(slot));
+              write_get(op, table.template value_in<kWalk>(slot, p.words.lens));
             }
           }
           batch.set_status(op, present ? OpStatus::kOk : OpStatus::kNotFound);
@@ -415,7 +420,7 @@ struct Engine {
     // published at once (see the invariants above), stays BUSY until FinishPass sets the code recorded here.
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
-      pending = commit<true, kFromL2>(host, p, slot, claimed, present, written, value, tally);
+      pending = commit<true, Walk::kAny>(host, p, slot, claimed, present, written, value, tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
       table.store_key(slot, p.key, value.len);
@@ -424,7 +429,7 @@ struct Engine {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
       pending = kPendingOverwrite | (slot << 8);
     } else {
-      pending = commit<false, kFromL2>(table, p, slot, claimed, present, written, value, tally);
+      pending = commit<false, kWalk>(table, p, slot, claimed, present, written, value, tally);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (any && pending != kNothingPending) {
@@ -435,7 +440,7 @@ struct Engine {
   }
 
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()).
-  template <bool kHost, bool kFromL2>
+  template <bool kHost, Walk kWalk>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
                                        bool written, const ValueIn& value, Tally& tally) const {
     const auto forget = [&] {  // the key's slot becomes a tombstone
@@ -458,11 +463,11 @@ struct Engine {
 #if defined(__CUDA_ARCH__)
       // Published now, while the claim's line is still in L2: at the pass's end it would cost a second random
       // atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots"). On a board, or
-      // by a kernel whose compares read from L2 (kFromL2): a line's slots share sectors, so lookups that
+      // by a kernel whose compares read from L2 (kLineFromL2): a line's slots share sectors, so lookups that
       // compare through L1 could see part of a slot from before it was written (TableRef::key_equals). GPU
       // code only: the CPU backend never publishes in the pass, and this branch compiled into its probing
       // loop, though never taken, cost its misses in small batches 9%.
-      if (!kHost && (kFromL2 || t.slots_own_sectors())) {
+      if (!kHost && (kWalk == Walk::kLineFromL2 || t.slots_own_sectors())) {
         t.board.publish(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code);
         return kNothingPending;
       }
@@ -475,7 +480,7 @@ struct Engine {
       return forget();
     }
     if (written) {
-      t.store_value(slot, value);
+      t.store_value(slot, value, p.key.len);
       if constexpr (kHost) tally.host_writes += 1;
     }
     return kNothingPending;

@@ -25,16 +25,16 @@ struct ExportItem {
     const std::uint64_t tickets = table.board.load(slot / Codec::kPerWord);
     if (Codec::field_code(tickets, static_cast<int>(slot % Codec::kPerWord)) < Codec::kFirstFull) return;
     const auto at = append_index_to(count);
-    const auto* from = reinterpret_cast<const std::uint64_t*>(table.slot(slot));
-    out.key_lens[at] = static_cast<std::uint8_t>(from[0] & 0xFFFFFFFFu);
-    const auto value_len = static_cast<std::uint32_t>(from[0] >> 32);
-    out.value_lens[at] = value_len;
+    const SlotLens lens = table.load_lens(slot);
+    const std::uint64_t* from = table.key_words_at(slot);
+    out.key_lens[at] = static_cast<std::uint8_t>(lens.key);
+    out.value_lens[at] = lens.value;
     auto* key = reinterpret_cast<std::uint64_t*>(out.keys) + at * Ref::key_words;
 GPUKV_UNROLL
-    for (std::uint32_t j = 0; j < Ref::key_words; ++j) key[j] = from[1 + j];
+    for (std::uint32_t j = 0; j < Ref::key_words; ++j) key[j] = from[j];
     // The value's own bytes only (a wide value's stride is mostly padding), zeros to its last 8-byte boundary.
     auto* value = reinterpret_cast<std::uint64_t*>(out.values + at * table.value_stride);
-    copy_value(value, from + 1 + Ref::key_words, value_len);
+    copy_value(value, from + Ref::key_words, lens.value);
   }
 };
 

@@ -202,8 +202,8 @@ struct ExecuteOp {
   // Starts op's walk in `p`, returning true; or settles the op without a walk: a malformed op (already
   // answered) or one that shares its key with other ops of the pass (deferred). Either leaves its pending[]
   // entry as it is: kNothingPending.
-  // kFromL2: the walk's (step); a line's insert walks load their first ticket word with its line.
-  template <bool kFromL2 = false>
+  // kWalk: the walk's (step), which also says how its first unit's words are loaded.
+  template <Walk kWalk = Walk::kAny>
   GPUKV_HD bool begin(std::uint64_t op, Probe& p) const {
     std::uint32_t entry;
     KeyWords key;
@@ -219,7 +219,7 @@ struct ExecuteOp {
       entry = group_entry(op, key.len);
       if (entry == kNoGroup) return false;  // answered kInvalid
     }
-    return begin_walk<kFromL2>(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
+    return begin_walk<kWalk>(op, entry, key, plan_probe(hash_key(key, e.table.key_words), e.table.units), p);
   }
 
   // Host threads only (CpuExecutor): an op's key and probe plan, worked out at the op's first prefetch stage
@@ -239,19 +239,19 @@ struct ExecuteOp {
     return begin_walk(op, entry, planned.key, planned.plan, p);
   }
 
-  // kFromL2: as in Engine::step; the kernel picks it once per thread from compares_in_l2().
-  template <bool kFromL2 = false>
+  // kWalk: as in Engine::step; the kernel picks it once per thread (from the layout and compares_in_l2()).
+  template <Walk kWalk = Walk::kAny>
   GPUKV_HD_INLINE bool step(Probe& p, Tally& tally) const {
-    return e.template step<kWithHost, kFromL2>(p, tally);
+    return e.template step<kWithHost, kWalk>(p, tally);
   }
   GPUKV_HD_INLINE bool compares_in_l2() const { return e.compares_in_l2(); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
-  // kFromL2: the walk's (step).
-  template <bool kFromL2 = false>
+  // kWalk: the walk's (step).
+  template <Walk kWalk = Walk::kAny>
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
     if constexpr (kWithHost) {
-      e.template apply<true, kFromL2>(p, OneOp{op, in}, tally);
-    } else if (defer_to_host(p, in) || !e.template apply<false, kFromL2>(p, OneOp{op, in}, tally)) {
+      e.template apply<true, kWalk>(p, OneOp{op, in}, tally);
+    } else if (defer_to_host(p, in) || !e.template apply<false, kWalk>(p, OneOp{op, in}, tally)) {
       // Its host address is added by HostQueueKey: computing it here would cost the probing kernels registers.
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     }
@@ -270,25 +270,26 @@ struct ExecuteOp {
   void prefetch(std::uint64_t, const Planned& planned, int stage) const { e.prefetch_walk(planned.plan, stage); }
 
   // Stash: one walk per thread.
-  template <bool kFromL2>
+  template <Walk kWalk>
   GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
-    if (begin<kFromL2>(op, p)) walk<kFromL2>(op, p, tally);
+    if (begin<kWalk>(op, p)) walk<kWalk>(op, p, tally);
   }
   // run() for a pass without writes (read_only), whose every op that is not malformed is a GET alone in the
   // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only.
+  template <Walk kWalk = Walk::kAny>
   GPUKV_HD void run_lookup(std::uint64_t op, Tally& tally) const {
     const KeyWords key = batch_key(e.table, e.batch, op);
     if (group_entry(op, key.len) == kNoGroup) return;  // answered kInvalid
     const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
-    Probe p = e.start(key, plan, e.first_tickets(plan));
-    while (!step(p, tally)) {
+    Probe p = e.start(key, plan, e.template first_unit<kWalk>(plan));
+    while (!step<kWalk>(p, tally)) {
     }
     if (p.at.to_host) {
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     } else {
       tally.found += p.at.hit;
-      e.template apply<false>(p, OneGet{{op, OpIn{}}}, tally);
+      e.template apply<false, kWalk>(p, OneGet{{op, OpIn{}}}, tally);
     }
   }
   // The same for an op CpuExecutor has planned.
@@ -308,10 +309,10 @@ struct ExecuteOp {
     e.batch.set_status(op, OpStatus::kInvalid);
     return kNoGroup;
   }
-  template <bool kFromL2 = false>
+  template <Walk kWalk = Walk::kAny>
   GPUKV_HD_INLINE bool begin_walk(std::uint64_t op, std::uint32_t entry, const KeyWords& key, const ProbePlan& plan,
                                   Probe& p) const {
-    const std::uint64_t tickets = e.template first_tickets<kFromL2>(plan);
+    const UnitWords first = e.template first_unit<kWalk>(plan);
     // A pass in which no op joined another's entry has no shared entry: most passes with writes, each of
     // whose ops then saves a random read of the grouping table, which does not stay in L2 beside the walks'
     // traffic (bench/RESULTS.md, "Nsight Compute").
@@ -319,17 +320,17 @@ struct ExecuteOp {
       e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
       return false;
     }
-    p = e.start(key, plan, tickets);
+    p = e.start(key, plan, first);
     return true;
   }
   // Walks a begun op to its end and applies it. The op's kind and value are loaded before the walk, so that
   // their latency hides behind it rather than following the claim.
-  template <bool kFromL2 = false>
+  template <Walk kWalk = Walk::kAny>
   GPUKV_HD_INLINE void walk(std::uint64_t op, Probe& p, Tally& tally) const {
     const OpIn in = load_op(e.batch, op);
-    while (!step<kFromL2>(p, tally)) {
+    while (!step<kWalk>(p, tally)) {
     }
-    finish<kFromL2>(op, p, in, tally);
+    finish<kWalk>(op, p, in, tally);
   }
 };
 
@@ -348,8 +349,8 @@ struct HostQueueKey {
 // Runs the ops ExecuteOp left for the host tier, in the order of `queue` (sorted by host address unless
 // TableConfig::order_host is off). They are alone in the pass, so nobody else touches their keys: a GET or
 // DELETE came here because its key is in no device slot, so its walk starts in the host tier; an insert
-// walks both tiers again (it may still find room in the device tier).
-template <class Ref>
+// walks both tiers again (it may still find room in the device tier). kWalk: PassRunner's phase_walk().
+template <class Ref, Walk kWalk = Walk::kAny>
 struct ExecuteHostOp {
   static constexpr const char* kName = "ExecuteHostOp";
   static constexpr bool kProbes = true;
@@ -357,20 +358,14 @@ struct ExecuteHostOp {
   const std::uint64_t* queue;
   ExecuteHostOp bound() const { return ExecuteHostOp{execute.bound(), queue}; }
   GPUKV_HD void operator()(std::uint64_t i, Tally& tally) const {
-    execute.e.with_phase_compares([&](auto from_l2) { this->template run<decltype(from_l2)::value>(i, tally); });
-  }
-
- private:
-  template <bool kFromL2>
-  GPUKV_HD void run(std::uint64_t i, Tally& tally) const {
     const std::uint64_t op = queue[i] & ((std::uint64_t{1} << kHostQueueOpBits) - 1);
     Probe p;
-    if (!execute.template begin<kFromL2>(op, p)) return;
+    if (!execute.template begin<kWalk>(op, p)) return;
     const OpIn in = load_op(execute.e.batch, op);
     if (in.kind == OpKind::kGet || in.kind == OpKind::kDelete) execute.e.start_host_walk(p);
-    while (!execute.template step<kFromL2>(p, tally)) {
+    while (!execute.template step<kWalk>(p, tally)) {
     }
-    execute.template finish<kFromL2>(op, p, in, tally);
+    execute.template finish<kWalk>(op, p, in, tally);
   }
 };
 
@@ -411,8 +406,9 @@ GPUKV_UNROLL
 };
 
 // Runs a group entry's deferred ops: the thread at the entry's first position does all of them, one key at
-// a time (an entry almost always holds one key; several only if their hashes share a tag).
-template <class Ref>
+// a time (an entry almost always holds one key; several only if their hashes share a tag). kWalk: PassRunner's
+// phase_walk().
+template <class Ref, Walk kWalk = Walk::kAny>
 struct ExecuteSegment {
   static constexpr const char* kName = "ExecuteSegment";
   static constexpr bool kProbes = true;
@@ -424,12 +420,6 @@ struct ExecuteSegment {
     return f;
   }
   GPUKV_HD void operator()(std::uint64_t begin, Tally& tally) const {
-    e.with_phase_compares([&](auto from_l2) { this->template run<decltype(from_l2)::value>(begin, tally); });
-  }
-
- private:
-  template <bool kFromL2>
-  GPUKV_HD void run(std::uint64_t begin, Tally& tally) const {
     const std::uint64_t* sorted = e.pass.conflicts;
     const std::uint32_t entry = deferred_entry(sorted[begin]);
     if (begin > 0 && deferred_entry(sorted[begin - 1]) == entry) return;
@@ -445,7 +435,7 @@ struct ExecuteSegment {
       }
       if (seen) continue;
       const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
-      e.template run_key<kFromL2>(key, plan, e.template first_tickets<kFromL2>(plan),
+      e.template run_key<kWalk>(key, plan, e.template first_unit<kWalk>(plan),
                                   SameKeyOps<Ref>{&e.table, &e.batch, sorted, first, end, key}, tally);
     }
   }
@@ -479,9 +469,9 @@ struct CopyValues {
     // slots"). One copy loop for all three.
     const std::uint64_t slot = pending_slot(p);
     const bool gather = pending_has(p, kPendingGather);
-    const std::uint32_t len = gather ? *table.value_len(slot) : batch.value_lens[op];
+    const std::uint32_t len = gather ? table.load_lens(slot).value : batch.value_lens[op];
     if (lane == 0 && gather && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
-    if (lane == 0 && pending_has(p, kPendingOverwrite)) *table.value_len(slot) = len;
+    if (lane == 0 && pending_has(p, kPendingOverwrite)) table.store_value_len(slot, len, table.load_lens(slot).key);
     copy(gather ? table.value_words_at(slot) : batch.value_words(op),
          gather ? batch.out_value_words(op) : table.value_words_at(slot), len,
          gather ? (len + 7) / 8 : table.stored_value_words(len), lane);

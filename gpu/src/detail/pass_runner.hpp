@@ -309,17 +309,21 @@ class PassRunner {
     const bool host_work = deferred != 0 || host_ops != 0;
     if (q.ahead && !host_work) return false;  // finished on the device
     const Engine<Ref> engine{table_, host_, q.batch, q.pass};
-    if (deferred != 0) {
-      exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
-      exec_.for_each(deferred, ExecuteSegment<Ref>{engine, deferred});
-    }
-    if (host_ops != 0) {
-      if (host_phase_.ordered) {
-        exec_.for_each(host_ops, HostQueueKey<Ref>{engine});
-        exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+    phase_walk([&](auto walk) {
+      constexpr Walk kWalk = decltype(walk)::value;
+      if (deferred != 0) {
+        exec_.sort(scratch.conflicts, deferred, kConflictSortBits);
+        exec_.for_each(deferred, ExecuteSegment<Ref, kWalk>{engine, deferred});
       }
-      exec_.for_each(host_ops, ExecuteHostOp<Ref>{ExecuteOp<Ref, true>{engine}, scratch.host_queue}, host_phase_.threads);
-    }
+      if (host_ops != 0) {
+        if (host_phase_.ordered) {
+          exec_.for_each(host_ops, HostQueueKey<Ref>{engine});
+          exec_.sort(scratch.host_queue, host_ops, host_sort_bits_);
+        }
+        exec_.for_each(host_ops, ExecuteHostOp<Ref, kWalk>{ExecuteOp<Ref, true>{engine}, scratch.host_queue},
+                       host_phase_.threads);
+      }
+    });
     // Once every op that leaves a pending[] entry has written it. ExecuteOp's pending count includes the GETs
     // it left to CopyValues and its new keys; the host phase may place new keys in the device tier too.
     if (copy_lanes_ != 0 && (known_.pending != 0 || host_ops != 0)) {
@@ -338,6 +342,22 @@ class PassRunner {
     known_.halted = 0;
     exec_.write_counters(known_);
     return q.ahead;
+  }
+
+  // Calls f(std::integral_constant<Walk, kWalk>) with the walk of the phases after the probing step (the
+  // ordered phase, the host phase): on the GPU (Exec::kLineWalks), kLineFromL2 in a line, whose new keys these
+  // phases then publish at once (Engine::commit); Walk::kAny on a board and on the host. A kernel for each
+  // rather than a branch in one: the line's walk in the board's kernel spilled more of its registers, and
+  // cost the host tier's inserts 13% (bench/RESULTS.md, issue 17, "a line's lengths in a word of their own").
+  template <class F>
+  void phase_walk(F&& f) const {
+    if constexpr (Exec::kLineWalks && Ref::kProbing == Probing::kGroup) {
+      if (!table_.slots_own_sectors()) {
+        f(std::integral_constant<Walk, Walk::kLineFromL2>{});
+        return;
+      }
+    }
+    f(std::integral_constant<Walk, Walk::kAny>{});
   }
 
   unsigned long long& tombstones(bool in_host) { return in_host ? known_.host_tombstones : known_.tombstones; }
@@ -394,7 +414,7 @@ class PassRunner {
     exec_.write_counters(known_);
     exec_.for_each(t.positions, CleanupCount<Ref>{word, region});
     const std::uint64_t displaced = exec_.read_counters().extracted;
-    auto buffer = exec_.allocate(displaced * t.slot_stride, in_host);
+    auto buffer = exec_.allocate(displaced * record_bytes(t), in_host);
     if (displaced != 0 && buffer.empty()) return false;
     exec_.exclusive_sum(region, regions);  // each region's first place in the buffer
     known_.extracted = 0;

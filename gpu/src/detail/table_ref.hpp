@@ -1,28 +1,35 @@
 // The table as the per-operation code sees it: a small, trivially copyable handle (cuco's *_ref) that kernels
 // take by value and host threads share. It owns nothing.
 //
-// Slots: one per ticket, in the same order as the tickets, each
+// Slots: one per ticket, in the same order as the tickets, each a key (key_width bytes) and a value
+// (value_stride bytes), with the two lengths kept apart from them (`lens`). Two layouts (SlotLayout), told apart
+// only by a few strides and the lengths' width, so that every function below serves both:
 //
-//   | key_len u32 | value_len u32 | key: key_width bytes | value: value_stride bytes |
+//   board: the tickets on a board of their own; each slot behind its lengths
 //
-// Two layouts (SlotLayout), told apart only by three strides, so that every function below serves both:
+//            | key_len u32 | value_len u32 | key | value |
 //
-//   board: the tickets on a board of their own; slots `slot_stride` bytes apart, the stride rounded up to
-//          whole 32-byte sectors (the unit GPU memory moves), so that a slot never straddles more sectors
-//          than it must and a write covers every sector it touches completely (a partial sector write costs
-//          HBM a read-modify-write). For 8-byte keys and values that is 32 bytes where 24 hold the data.
-//   line:  probe unit u is the 128-byte line u: its ticket word, then unit_slots packed slots
+//          `slot_stride` bytes apart, the stride rounded up to whole 32-byte sectors (the unit GPU memory
+//          moves), so that a slot never straddles more sectors than it must and a write covers every sector it
+//          touches completely (a partial sector write costs HBM a read-modify-write). For 8-byte keys and
+//          values that is 32 bytes where 24 hold the data.
+//   line:  probe unit u is the 128-byte line u: its ticket word, a word of the lengths of its slots, then
+//          unit_slots slots of key and value, packed
 //
-//            | ticket word u | slot 8u | slot 8u+1 | ... | slot 8u+unit_slots-1 | (8-bit tickets)
+//            | ticket word u | lengths word u | slot 8u | slot 8u+1 | ... | slot 8u+unit_slots-1 | (8-bit tickets)
 //
-//          A hit reads the ticket word and then its slot in the same line, which a lone thread finds in L2
-//          when both sit in the line's first 64 bytes, where the board layout's slot is a second random DRAM
-//          access (bench/RESULTS.md, "the memory cost of one operation"). The tickets past unit_slots stay
-//          EMPTY and are masked out of every probe (lanes), so slot positions keep the board's numbering.
+//          A slot's lengths are a byte (8-byte keys and values: a nibble each, 7 slots of 16 bytes) or two
+//          bytes (a byte each, at most 4 slots). A hit reads the ticket word and then its slot in the same
+//          line, which a lone thread finds in L2 when both sit in the line's first 64 bytes, where the board
+//          layout's slot is a second random DRAM access (bench/RESULTS.md, "the memory cost of one
+//          operation"); the lengths sit in the ticket word's sector. The tickets past unit_slots stay EMPTY and
+//          are masked out of every probe (lanes), so slot positions keep the board's numbering.
 //
-// Key and value are zero-padded past their lengths. The two lengths sit in separate 32-bit fields because
-// they have different writers: key_len (with the key) is written only while the ticket is BUSY, value_len
-// (with the value) also by an in-place overwrite that other threads' key comparisons must not race with.
+// Key and value are zero-padded past their lengths. The two lengths have different writers: key_len is
+// written only while the ticket is BUSY, value_len also by an in-place overwrite, which other threads' key
+// comparisons must not race with: on a board they are separate 32-bit fields; in a line the host backend
+// reads and writes them with relaxed atomics of their own width (a nibble shares its byte with the other),
+// and the GPU, whose plain accesses of different bytes do not tear, reads the lengths word whole.
 //
 // Probe units: the probe sequence runs over `units` (a prime) with double hashing. With Probing::kGroup a unit
 // is one board word, all of its tickets matched in one load; with Probing::kSingle a unit is one ticket.
@@ -38,9 +45,49 @@
 
 namespace gpukv::detail {
 
-inline constexpr std::uint32_t kSlotHeaderBytes = 8;
+inline constexpr std::uint32_t kSlotHeaderBytes = 8;   // a board slot's lengths, before its key
 inline constexpr std::uint32_t kSectorBytes = 32;
-inline constexpr std::uint32_t kLineSlotsOffset = 8;  // a line's first slot follows its ticket word
+inline constexpr std::uint32_t kLineLensOffset = 8;    // a line's lengths word follows its ticket word
+inline constexpr std::uint32_t kLineSlotsOffset = 16;  // and its first slot follows the lengths word
+inline constexpr std::uint32_t kBoardLenBits = 32;     // TableRef::len_bits on a board
+
+// The width of each length in a line of slots of `slot_bytes` (key and value): a nibble where both fit one
+// (8-byte keys and values at most 8 bytes), so that 7 slots of 16 bytes share the lengths word, else a byte.
+constexpr std::uint32_t line_len_bits(std::uint32_t key_width, std::uint32_t value_stride) {
+  return key_width < 16 && value_stride < 16 ? 4 : 8;
+}
+// Slots a line holds: as many as fit after the ticket and lengths words, whose lengths fit the lengths word,
+// and which have tickets in a word of `per_word`.
+constexpr std::uint32_t line_slots(std::uint32_t key_width, std::uint32_t value_stride, std::uint32_t per_word) {
+  const std::uint32_t by_bytes = (kLineBytes - kLineSlotsOffset) / (key_width + value_stride);
+  const std::uint32_t by_lens = 64 / (2 * line_len_bits(key_width, value_stride));
+  const std::uint32_t fit = by_bytes < by_lens ? by_bytes : by_lens;
+  return fit < per_word ? fit : per_word;
+}
+
+// How a walk reads its units' tickets, its slots' lengths and its keys: chosen at compile time by the kernel
+// or phase that runs it, the same in every thread (Engine::step).
+enum class Walk : std::uint8_t {
+  // Lengths loaded where the layout keeps them when a compare needs them, keys through L1: every walk on the
+  // host (either layout), and a board's walks on the GPU, which read a slot's lengths from its header.
+  kAny,
+  // A line on the GPU: its lengths word loaded with its ticket word (one 16-byte load of the line's first
+  // sector), so that a compare and a hit's value cost no request for their lengths (Board::load_with_next).
+  kLine,
+  // kLine in a kernel that publishes new keys while it runs (a line's passes of inserts, its ordered and host
+  // phases): the whole line fetched into L2 with the ticket word (Board::load_with_next), keys compared from
+  // L2. A lengths word loaded with a ticket that turned FULL in this kernel may miss that slot's lengths (the
+  // two halves of a vector load are not one access): the slot holds another thread's key, which no walk of
+  // this pass looks for (a pass's same-key ops run in one thread), so a stale length can only fail a compare
+  // that had to fail.
+  kLineFromL2,
+};
+
+// A slot's two lengths.
+struct SlotLens {
+  std::uint32_t key;
+  std::uint32_t value;
+};
 
 constexpr std::uint32_t round_up_to_sectors(std::uint32_t bytes) {
   return (bytes + kSectorBytes - 1) / kSectorBytes * kSectorBytes;
@@ -48,9 +95,9 @@ constexpr std::uint32_t round_up_to_sectors(std::uint32_t bytes) {
 
 // Stores two words at a 16-byte aligned address: one 16-byte store on the GPU, where each store instruction
 // of a warp whose lanes write to different slots is a request per lane to L2. A value stored in pairs
-// (store_value_words) made a board's inserts 3-4% faster and its overwrites 2-5%; the header and key stored
-// in pairs too gained nothing and cost misses 1-2% (bench/RESULTS.md, 2026-11-26, "a slot's value stored
-// in pairs of words").
+// (store_value_words) made a board's inserts 3-4% faster and its overwrites 2-5% (bench/RESULTS.md,
+// 2026-11-26, "a slot's value stored in pairs of words"). A board slot's header and first key word go in one
+// 16-byte store too, but as PTX (TableRef::store_key), which the compiler can neither split nor merge.
 GPUKV_HD_INLINE void store_pair(std::uint64_t* p, std::uint64_t a, std::uint64_t b) {
 #if defined(__CUDA_ARCH__)
   *reinterpret_cast<ulonglong2*>(p) = make_ulonglong2(a, b);
@@ -72,7 +119,8 @@ struct TableRef {
   static_assert(KeyWords_ == 1 || KeyWords_ == 2 || KeyWords_ == 4);
 
   Board<Bits> board;
-  std::uint8_t* slots;  // slot 0
+  std::uint8_t* slots;  // slot 0's key (its value follows it)
+  std::uint8_t* lens;   // slot 0's lengths
   // Host tier only (nullptr in the device tier): one more byte of each key's info per slot, in GPU memory
   // beside the board. A ticket whose info code matches is checked against it before the host slot is
   // read, so a lookup reads host memory in vain about 1 time in 256 * (2^Bits - 3) instead of 1 in 2^Bits - 3.
@@ -81,8 +129,10 @@ struct TableRef {
   std::uint64_t positions;     // slot positions: kPerWord per board word (group probing), or units (single)
   std::uint64_t unit_lanes;    // group probing: the top bits of the fields that describe slots (all but in a line)
   std::uint32_t value_stride;  // value bytes per slot, a multiple of 8
-  std::uint32_t slot_stride;   // bytes from a slot to the next of its word (>= kSlotHeaderBytes + 8 * key_words + value_stride)
-  std::uint64_t word_slots_stride;  // bytes from a word's first slot to the next word's
+  std::uint32_t slot_stride;   // bytes from a slot to the next of its word (>= 8 * key_words + value_stride)
+  std::uint32_t lens_stride;   // bytes from a slot's lengths to the next's of its word: slot_stride on a board
+  std::uint32_t len_bits;      // bits of each length: kBoardLenBits on a board, 4 or 8 in a line
+  std::uint64_t word_slots_stride;  // bytes from a word's first slot (and lengths) to the next word's
 
   GPUKV_HD_INLINE std::uint64_t word_of(std::uint64_t unit) const {
     if constexpr (P == Probing::kGroup) {
@@ -111,100 +161,229 @@ struct TableRef {
 
   GPUKV_HD_INLINE static std::uint8_t tag_of(std::uint32_t info) { return static_cast<std::uint8_t>(info); }
 
+  // Slot `index`'s key (its first byte).
   GPUKV_HD_INLINE std::uint8_t* slot(std::uint64_t index) const {
     return slots + index / Codec::kPerWord * word_slots_stride + index % Codec::kPerWord * slot_stride;
   }
-  GPUKV_HD_INLINE std::uint32_t* key_len(std::uint64_t index) const {
-    return reinterpret_cast<std::uint32_t*>(slot(index));
-  }
-  GPUKV_HD_INLINE std::uint32_t* value_len(std::uint64_t index) const {
-    return reinterpret_cast<std::uint32_t*>(slot(index)) + 1;
-  }
   GPUKV_HD_INLINE std::uint64_t* key_words_at(std::uint64_t index) const {
-    return reinterpret_cast<std::uint64_t*>(slot(index) + kSlotHeaderBytes);
+    return reinterpret_cast<std::uint64_t*>(slot(index));
   }
   GPUKV_HD_INLINE std::uint64_t* value_words_at(std::uint64_t index) const {
     return key_words_at(index) + key_words;
   }
+  // Slot `index`'s lengths: key_len in the low len_bits bits, value_len in the next.
+  GPUKV_HD_INLINE std::uint8_t* lens_at(std::uint64_t index) const {
+    return lens + index / Codec::kPerWord * word_slots_stride + index % Codec::kPerWord * lens_stride;
+  }
 
-  // Whether slot `index` holds key `k`. The length and the key words are loaded before either is tested, so
-  // that one memory round trip brings both.
+  // Both lengths of a slot whose key only this thread may change, or that nobody changes meanwhile.
+  GPUKV_HD_INLINE SlotLens load_lens(std::uint64_t index) const {
+#if defined(__CUDA_ARCH__)
+    return lens_of(*lens_word_at(index), index);
+#else
+    const std::uint8_t* p = lens_at(index);
+    if (len_bits == kBoardLenBits) {
+      return SlotLens{*reinterpret_cast<const std::uint32_t*>(p), *reinterpret_cast<const std::uint32_t*>(p + 4)};
+    }
+    const std::uint32_t key = host_load_len_byte(p);
+    if (len_bits == 8) return SlotLens{key, host_load_len_byte(p + 1)};
+    return SlotLens{key & 0xFu, key >> 4};
+#endif
+  }
+  // A slot's key length, as a compare reads it while the key's owner may be changing the value's length.
+  GPUKV_HD_INLINE std::uint32_t load_key_len(std::uint64_t index) const {
+#if defined(__CUDA_ARCH__)
+    return lens_of(*lens_word_at(index), index).key;
+#else
+    const std::uint8_t* p = lens_at(index);
+    if (len_bits == kBoardLenBits) return *reinterpret_cast<const std::uint32_t*>(p);
+    const std::uint32_t key = host_load_len_byte(p);
+    return len_bits == 8 ? key : key & 0xFu;
+#endif
+  }
+
+  // Whether slot `index` holds key `k`. The lengths and the key words are loaded before either is tested, so
+  // that one memory round trip brings both; a line's walks pass in the lengths word they loaded with the
+  // unit's tickets (`lens_word`), so that the compare costs no request for it.
   //
-  // kFromL2 (GPU code): load them from L2 (ld.global.cg), past the SM's L1. In a line, slots share sectors
-  // with their neighbours, and a pass of inserts publishes new slots while it runs (Engine::commit): the L1
-  // may hold a sector read before its new slot was written, and a compare against that copy could match a
-  // key the slot no longer holds. L2 has the slot's bytes before its ticket turns FULL (the writer's
+  // kLineFromL2 (GPU code): load the key from L2 (ld.global.cg), past the SM's L1. In a line, slots share
+  // sectors with their neighbours, and a pass of inserts publishes new slots while it runs (Engine::commit):
+  // the L1 may hold a sector read before its new slot was written, and a compare against that copy could
+  // match a key the slot no longer holds. L2 has the slot's bytes before its ticket turns FULL (the writer's
   // release), and the slot's address depends on the ticket loaded, so these loads are issued after it. The
   // asm is not volatile, so the compiler schedules them as it does plain loads.
-  template <bool kFromL2 = false>
-  GPUKV_HD_INLINE bool key_equals(std::uint64_t index, const KeyWords& k) const {
-#if defined(__CUDA_ARCH__)
-    if constexpr (kFromL2) {
-      const std::uint64_t* words = reinterpret_cast<const std::uint64_t*>(slot(index));
-      std::uint64_t header;  // key_len is its low half; value_len, the high half, is not compared
-      asm("ld.global.cg.u64 %0, [%1];" : "=l"(header) : "l"(words));
-      bool equal = static_cast<std::uint32_t>(header) == k.len;
-GPUKV_UNROLL
-      for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
-        if (j < key_words) {
-          std::uint64_t word;
-          asm("ld.global.cg.u64 %0, [%1];" : "=l"(word) : "l"(words + 1 + j));
-          equal &= word == k.w[j];
-        }
-      }
-      return equal;
-    }
-#endif
+  template <Walk kWalk = Walk::kAny>
+  GPUKV_HD_INLINE bool key_equals(std::uint64_t index, const KeyWords& k, [[maybe_unused]] std::uint64_t lens_word = 0) const {
     const std::uint64_t* stored = key_words_at(index);
-    bool equal = *key_len(index) == k.len;
+#if defined(__CUDA_ARCH__)
+    bool equal = (kWalk == Walk::kAny ? board_lens(stored).key : line_lens(lens_word, index).key) == k.len;
+GPUKV_UNROLL
+    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+      if (j < key_words) {
+        std::uint64_t word;
+        if constexpr (kWalk == Walk::kLineFromL2) {
+          asm("ld.global.cg.u64 %0, [%1];" : "=l"(word) : "l"(stored + j));
+        } else {
+          word = stored[j];
+        }
+        equal &= word == k.w[j];
+      }
+    }
+    return equal;
+#else
+    bool equal = load_key_len(index) == k.len;
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
       if (j < key_words) equal &= stored[j] == k.w[j];
     }
     return equal;
+#endif
   }
-  // The value of a slot whose key only this thread may change (load_value: its length and first words in one
-  // round trip).
-  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t index) const {
-    return load_value(value_words_at(index), value_len(index), value_stride);
+  // The value of a slot whose key only this thread may change (its length and first words in one round
+  // trip; a line's walks pass in the lengths word they loaded, as to key_equals).
+  template <Walk kWalk = Walk::kAny>
+  GPUKV_HD_INLINE ValueIn value_in(std::uint64_t index, [[maybe_unused]] std::uint64_t lens_word = 0) const {
+    const std::uint64_t* words = value_words_at(index);
+#if defined(__CUDA_ARCH__)
+    const std::uint64_t* key = words - key_words;
+    return load_value(words, kWalk == Walk::kAny ? board_lens(key).value : line_lens(lens_word, index).value, value_stride);
+#else
+    return load_value(words, load_lens(index).value, value_stride);
+#endif
   }
 
-  // Fills a slot nobody else reads (its ticket is BUSY): header, key and value in 8-byte stores, with zeros
-  // to the end of the value's last sector so that every sector written is written whole.
+  // Fills a slot nobody else reads (its ticket is BUSY): lengths, key and value, with zeros to the end of the
+  // value's last sector so that every sector written is written whole.
   template <class Value>
   GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const Value& value) const {
     store_key(index, k, value.len);
     store_value_words(index, value);
   }
-  // The header and key of a slot nobody else reads; its value's words follow (CopyValues).
+  // The lengths and key of a slot nobody else reads; its value's words follow (CopyValues).
+  // On a board, the header and the key's first word go out in one 16-byte store (a board slot starts a
+  // sector), written as PTX so that the compiler neither splits it nor shares the key's store with the line's
+  // path: with the header and key stored apart (two 8-byte stores the compiler had placed in different
+  // blocks), the host tier's inserts wrote 1.5x the host-memory sectors and ran 12% slower (Nsight Compute,
+  // bench/RESULTS.md, issue 17, "a line's lengths in a word of their own").
   GPUKV_HD_INLINE void store_key(std::uint64_t index, const KeyWords& k, std::uint32_t value_len) const {
-    auto* words = reinterpret_cast<std::uint64_t*>(slot(index));
-    words[0] = std::uint64_t{k.len} | (std::uint64_t{value_len} << 32);
+    std::uint64_t* words = key_words_at(index);
+    if (len_bits == kBoardLenBits) {
+      const std::uint64_t header = std::uint64_t{k.len} | (std::uint64_t{value_len} << 32);
+#if defined(__CUDA_ARCH__)
+      asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(words - 1), "l"(header), "l"(k.w[0]) : "memory");
+#else
+      words[-1] = header;
+      words[0] = k.w[0];
+#endif
+GPUKV_UNROLL
+      for (std::uint32_t j = 1; j < kMaxKeyWords; ++j) {
+        if (j < key_words) words[j] = k.w[j];
+      }
+      return;
+    }
+    store_lens(index, SlotLens{k.len, value_len});
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
-      if (j < key_words) words[1 + j] = k.w[j];
+      if (j < key_words) words[j] = k.w[j];
+    }
+  }
+  // Both lengths of a slot nobody else reads (a key clean-up re-places). In a line, only this slot's bytes
+  // of the lengths word: other threads fill their slots of the line meanwhile. A board slot's header is the
+  // word before its key.
+  GPUKV_HD_INLINE void store_lens(std::uint64_t index, SlotLens l) const {
+    if (len_bits == kBoardLenBits) {
+      key_words_at(index)[-1] = std::uint64_t{l.key} | (std::uint64_t{l.value} << 32);
+      return;
+    }
+    std::uint8_t* p = lens_at(index);
+    if (len_bits == 8) {
+#if defined(__CUDA_ARCH__)
+      *reinterpret_cast<std::uint16_t*>(p) = static_cast<std::uint16_t>(l.key | (l.value << 8));  // one store
+#else
+      store_len_byte(p, static_cast<std::uint8_t>(l.key));
+      store_len_byte(p + 1, static_cast<std::uint8_t>(l.value));
+#endif
+    } else {
+      store_len_byte(p, static_cast<std::uint8_t>(l.key | (l.value << 4)));
+    }
+  }
+  // Changes the value length of a slot whose key (of `key_len` bytes) only this thread may change, leaving
+  // its key length as it is for the compares of other threads (a nibble is rewritten with its byte).
+  GPUKV_HD_INLINE void store_value_len(std::uint64_t index, std::uint32_t value_len, std::uint32_t key_len) const {
+    if (len_bits == kBoardLenBits) {
+      reinterpret_cast<std::uint32_t*>(key_words_at(index))[-1] = value_len;
+      return;
+    }
+    std::uint8_t* p = lens_at(index);
+    if (len_bits == 8) {
+      store_len_byte(p + 1, static_cast<std::uint8_t>(value_len));
+    } else {
+      store_len_byte(p, static_cast<std::uint8_t>(key_len | (value_len << 4)));
     }
   }
   // Words of a value, with the stored value's zeros past its length to the end of its last sector: how
   // many words store_value_words writes for a value of `len` bytes.
+  // Counted from the slot's first sector: on a board its lengths, before the key; in a line its key.
   GPUKV_HD_INLINE std::uint32_t stored_value_words(std::uint32_t len) const {
-    const std::uint32_t first_word = 1 + key_words;
+    const std::uint32_t first_word = header_words() + key_words;
     const std::uint32_t sector_end = round_up_to_sectors((first_word + (len + 7) / 8) * 8);
     return (sector_end < slot_stride ? sector_end : slot_stride) / 8 - first_word;
   }
+  // Bytes of a slot's key and value: what clean-up moves, behind a word of lengths (CleanupExtract).
+  GPUKV_HD_INLINE std::uint32_t data_bytes() const { return key_words * 8 + value_stride; }
 
-  // Replaces the value of a slot whose key only this thread may change. value_len has its own 32-bit field:
-  // other threads may be comparing key_len next to it.
+  // Replaces the value of a slot whose key (of `key_len` bytes) only this thread may change.
   template <class Value>
-  GPUKV_HD_INLINE void store_value(std::uint64_t index, const Value& value) const {
-    *value_len(index) = value.len;
+  GPUKV_HD_INLINE void store_value(std::uint64_t index, const Value& value, std::uint32_t key_len) const {
+    store_value_len(index, value.len, key_len);
     store_value_words(index, value);
   }
 
  private:
+  // Words of lengths at the start of a slot's stride: one on a board, none in a line.
+  GPUKV_HD_INLINE std::uint32_t header_words() const { return len_bits == kBoardLenBits ? 1 : 0; }
+
+  // The 8-byte aligned word holding a slot's lengths: its header on a board, the line's lengths word.
+  GPUKV_HD_INLINE const std::uint64_t* lens_word_at(std::uint64_t index) const {
+    return reinterpret_cast<const std::uint64_t*>(reinterpret_cast<std::uintptr_t>(lens_at(index)) & ~std::uintptr_t{7});
+  }
+  // GPU walks (Walk): a board slot's lengths, in its header before its key (`key`). Only a board's walks run
+  // as Walk::kAny on the GPU (CudaExecutor runs a line's as kLine or kLineFromL2), so that they read the
+  // header without the address arithmetic of lens_at().
+  GPUKV_HD_INLINE static SlotLens board_lens(const std::uint64_t* key) {
+    const auto* header = reinterpret_cast<const std::uint32_t*>(key) - 2;
+    return SlotLens{header[0], header[1]};
+  }
+  // A line slot's lengths out of its line's lengths word (`lens_word`, loaded with the tickets).
+  GPUKV_HD_INLINE SlotLens line_lens(std::uint64_t lens_word, std::uint64_t index) const {
+    const std::uint32_t shift = static_cast<std::uint32_t>(index % Codec::kPerWord) * lens_stride * 8;
+    const std::uint64_t mask = (std::uint64_t{1} << len_bits) - 1;
+    return SlotLens{static_cast<std::uint32_t>((lens_word >> shift) & mask),
+                    static_cast<std::uint32_t>((lens_word >> (shift + len_bits)) & mask)};
+  }
+  // Slot `index`'s lengths out of its lengths word: shifts and masks, the same code for both layouts.
+  GPUKV_HD_INLINE SlotLens lens_of(std::uint64_t word, std::uint64_t index) const {
+    const std::uint32_t shift = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(lens_at(index)) & 7) * 8;
+    const std::uint64_t mask = (std::uint64_t{1} << len_bits) - 1;
+    return SlotLens{static_cast<std::uint32_t>((word >> shift) & mask),
+                    static_cast<std::uint32_t>((word >> (shift + len_bits)) & mask)};
+  }
+  // A byte of a line's lengths word. On the host, a relaxed atomic: other threads write their own slots'
+  // bytes of the word, and an overwrite rewrites the byte whose key nibble a compare reads.
+  GPUKV_HD_INLINE static std::uint32_t host_load_len_byte(const std::uint8_t* p) {
+    return atomic_ref<std::uint8_t>(*const_cast<std::uint8_t*>(p)).load(memory_order_relaxed);
+  }
+  GPUKV_HD_INLINE static void store_len_byte(std::uint8_t* p, std::uint8_t v) {
+#if defined(__CUDA_ARCH__)
+    *p = v;
+#else
+    atomic_ref<std::uint8_t>(*p).store(v, memory_order_relaxed);
+#endif
+  }
+
   // `value` has len and word(j) (a ValueIn). The value's words, then zeros to the end of the last sector
-  // touched (the value starts 8 + 8 * key_words bytes into the slot), or of the slot where it ends first (a
-  // packed slot of the line layout); in pairs of words from the first 16-byte boundary (store_pair).
+  // touched (stored_value_words), or of the slot where it ends first (a packed slot of the line layout); in
+  // pairs of words from the first 16-byte boundary (store_pair).
   template <class Value>
   GPUKV_HD_INLINE void store_value_words(std::uint64_t index, const Value& value) const {
     std::uint64_t* out = value_words_at(index);
@@ -213,9 +392,7 @@ GPUKV_UNROLL
     const auto word = [&](std::uint32_t j) {
       return j >= words ? 0 : j + 1 == words ? value.word(j) & last_mask : value.word(j);
     };
-    const std::uint32_t first_word = 1 + key_words;
-    const std::uint32_t sector_end = round_up_to_sectors((first_word + words) * 8);
-    const std::uint32_t total = (sector_end < slot_stride ? sector_end : slot_stride) / 8 - first_word;
+    const std::uint32_t total = stored_value_words(value.len);
     std::uint32_t j = 0;
     if (total != 0 && !pair_aligned(out)) {
       out[0] = word(0);

@@ -98,18 +98,26 @@ struct Board {
     return atomic_ref<std::uint64_t>(*at(word)).load(memory_order_relaxed);
   }
 
-  // load(), with the rest of the word's 128-byte line fetched into L2 too (GPU; the same as load() on the
-  // host): in a line, the ticket word of a unit whose slot an insert will write. The slot's sectors are then
-  // in L2 whole when the insert stores into them, so that L2 writes them back as whole sectors later, where a
-  // store into a sector L2 does not hold costs DRAM a read-modify-write at eviction (a packed slot covers
-  // parts of one or two sectors).
-  GPUKV_HD_INLINE std::uint64_t load_line(std::uint64_t word) const {
+  // A line's ticket word and the word after it (its slots' lengths), in one 16-byte load of the line's first
+  // sector (GPU; on the host, the ticket word alone and `next` 0: the host's walks load lengths apart).
+  // Relaxed, as load().
+  //
+  // kFetchLine: the rest of the line fetched into L2 too (`.L2::128B`), for a unit whose slot an insert will
+  // write. The slot's sectors are then in L2 whole when the insert stores into them, so that L2 writes them
+  // back as whole sectors later, where a store into a sector L2 does not hold costs DRAM a read-modify-write
+  // at eviction (a packed slot covers part of a sector).
+  template <bool kFetchLine>
+  GPUKV_HD_INLINE void load_with_next(std::uint64_t word, std::uint64_t& tickets, std::uint64_t& next) const {
 #if defined(__CUDA_ARCH__)
-    std::uint64_t v;
-    asm volatile("ld.relaxed.gpu.global.L2::128B.u64 %0, [%1];" : "=l"(v) : "l"(at(word)) : "memory");
-    return v;
+    if constexpr (kFetchLine) {
+      asm volatile("ld.relaxed.gpu.global.L2::128B.v2.u64 {%0, %1}, [%2];"
+                   : "=l"(tickets), "=l"(next) : "l"(at(word)) : "memory");
+    } else {
+      asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];" : "=l"(tickets), "=l"(next) : "l"(at(word)) : "memory");
+    }
 #else
-    return load(word);
+    tickets = load(word);
+    next = 0;
 #endif
   }
 

@@ -16,15 +16,15 @@ struct ValueIn {
   GPUKV_HD_INLINE std::uint64_t word(std::uint32_t j) const { return j == 0 ? head[0] : j == 1 ? head[1] : words[j]; }
 };
 
-// Loads the value whose length is at `len` and whose words start at `words`, where `stride` bytes (at least
-// 8: value_stride) are readable. The head words are loaded whatever the length, in the same breath as the
-// length: loaded once the length said they were wanted, they waited for it, a second memory round trip
-// for every op (bench/RESULTS.md, "an op's reads issued together"). Words past the length are never used
-// unmasked.
-GPUKV_HD_INLINE ValueIn load_value(const std::uint64_t* words, const std::uint32_t* len, std::uint32_t stride) {
+// A value of `len` bytes (the caller's load, which is issued with these) whose words start at `words`, where
+// `stride` bytes (at least 8: value_stride) are readable. The head words are loaded whatever the length, in
+// the same breath as the length: loaded once the length said they were wanted, they waited for it, a second
+// memory round trip for every op (bench/RESULTS.md, "an op's reads issued together"). Words past the length
+// are never used unmasked.
+GPUKV_HD_INLINE ValueIn load_value(const std::uint64_t* words, std::uint32_t len, std::uint32_t stride) {
   ValueIn v;
   v.words = words;
-  v.len = *len;
+  v.len = len;
   v.head[0] = words[0];
   v.head[1] = stride > 8 ? words[1] : 0;
   return v;
