@@ -35,7 +35,7 @@ ABSL_FLAG(std::uint32_t, value_width, 128, "largest value, bytes: 8 to 65536");
 ABSL_FLAG(std::uint32_t, ticket_bits, 8, "ticket size on the ticket-board: 2, 4 or 8");
 ABSL_FLAG(std::string, slot_layout, "board",
           "where the device tier keeps its tickets: board (apart from the slots) or line (each probe unit one "
-          "128-byte line of tickets and slots; needs 8 + key_width + value_width <= 40)");
+          "128-byte line of tickets, lengths and slots; needs key_width + value_width <= 32)");
 ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
 ABSL_FLAG(double, cleanup_headroom, 0.5,
           "share of a full tier's EMPTY headroom its tombstones may take before it is cleaned (higher: fewer "

@@ -248,8 +248,8 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     ("--max_concurrent_calls=0", "--max_concurrent_calls must be 1 to 1000000, got 0"),
     ("--max_streams=0", "--max_streams must be 1 to 100000, got 0"),
     ("--slot_layout=tiles", "--slot_layout must be board or line, got 'tiles'"),
-    # The default widths (16-byte keys, 128-byte values) make a slot of 152 bytes: not 3 to a line.
-    ("--slot_layout=line", "key_width 16 and value_width 128 make a slot of 152 bytes: use slot_layout board"),
+    # The default widths (16-byte keys, 128-byte values) make a slot of 144 bytes: not 3 to a line.
+    ("--slot_layout=line", "key_width 16 and value_width 128 make a slot of 144 bytes: use slot_layout board"),
 ])
 def test_the_server_refuses_a_bad_setting_with_a_clear_error_before_it_listens(flag, message):
     """A bad flag stops the server with a message naming it and its bounds, before any port opens: nothing
