@@ -51,8 +51,9 @@ inline constexpr std::uint32_t kLineLensOffset = 8;    // a line's lengths word 
 inline constexpr std::uint32_t kLineSlotsOffset = 16;  // and its first slot follows the lengths word
 inline constexpr std::uint32_t kBoardLenBits = 32;     // TableRef::len_bits on a board
 
-// The width of each length in a line of slots of `slot_bytes` (key and value): a nibble where both fit one
-// (8-byte keys and values at most 8 bytes), so that 7 slots of 16 bytes share the lengths word, else a byte.
+// The width of each length in a line whose slots hold a key of `key_width` and a value of `value_stride` bytes:
+// a nibble where both fit one (8-byte keys, values of at most 8 bytes), so that 7 slots of 16 bytes share the
+// lengths word, else a byte.
 constexpr std::uint32_t line_len_bits(std::uint32_t key_width, std::uint32_t value_stride) {
   return key_width < 16 && value_stride < 16 ? 4 : 8;
 }
