@@ -309,14 +309,16 @@ GPUKV_UNROLL
     }
   }
   // Changes the value length of a slot whose key (of `key_len` bytes) only this thread may change, leaving
-  // its key length as it is for the compares of other threads (a nibble is rewritten with its byte).
+  // its key length as it is for the compares of other threads (a nibble is rewritten with its byte). On a
+  // board, through lens_at() like the loads of the lengths: CopyValues' overwrites of 16 B / 128 B slots,
+  // which load the header just before, ran 1.28x with this store than with the same store addressed from
+  // the key (runs 176-179 in bench/RESULTS.md, issue 17, "a line's lengths in a word of their own"; why the
+  // generated code differs so is not found).
   GPUKV_HD_INLINE void store_value_len(std::uint64_t index, std::uint32_t value_len, std::uint32_t key_len) const {
-    if (len_bits == kBoardLenBits) {
-      reinterpret_cast<std::uint32_t*>(key_words_at(index))[-1] = value_len;
-      return;
-    }
     std::uint8_t* p = lens_at(index);
-    if (len_bits == 8) {
+    if (len_bits == kBoardLenBits) {
+      reinterpret_cast<std::uint32_t*>(p)[1] = value_len;
+    } else if (len_bits == 8) {
       store_len_byte(p + 1, static_cast<std::uint8_t>(value_len));
     } else {
       store_len_byte(p, static_cast<std::uint8_t>(key_len | (value_len << 4)));
