@@ -347,8 +347,8 @@ class PassRunner {
   // Calls f(std::integral_constant<Walk, kWalk>) with the walk of the phases after the probing step (the
   // ordered phase, the host phase): on the GPU (Exec::kLineWalks), kLineFromL2 in a line, whose new keys these
   // phases then publish at once (Engine::commit); Walk::kAny on a board and on the host. A kernel for each
-  // rather than a branch in one: the line's walk in the board's kernel spilled more of its registers, and
-  // cost the host tier's inserts 13% (bench/RESULTS.md, issue 17, "a line's lengths in a word of their own").
+  // rather than a branch in one: with the line's walk beside it, the board's host-phase kernel spilled 128
+  // bytes of stack a thread, alone 32 (bench/RESULTS.md, issue 17, "a line's lengths in a word of their own").
   template <class F>
   void phase_walk(F&& f) const {
     if constexpr (Exec::kLineWalks && Ref::kProbing == Probing::kGroup) {
