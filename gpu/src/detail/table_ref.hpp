@@ -191,16 +191,13 @@ struct TableRef {
     return SlotLens{key & 0xFu, key >> 4};
 #endif
   }
-  // A slot's key length, as a compare reads it while the key's owner may be changing the value's length.
+  // A slot's key length, as a host thread's compare reads it while the key's owner may be changing the value's
+  // length (key_equals; a GPU walk takes the lengths from its unit's words or a board slot's header).
   GPUKV_HD_INLINE std::uint32_t load_key_len(std::uint64_t index) const {
-#if defined(__CUDA_ARCH__)
-    return lens_of(*lens_word_at(index), index).key;
-#else
     const std::uint8_t* p = lens_at(index);
     if (len_bits == kBoardLenBits) return *reinterpret_cast<const std::uint32_t*>(p);
     const std::uint32_t key = host_load_len_byte(p);
     return len_bits == 8 ? key : key & 0xFu;
-#endif
   }
 
   // Whether slot `index` holds key `k`. The lengths and the key words are loaded before either is tested, so
