@@ -298,6 +298,28 @@ TEST_P(TableEdgeTest, PassesGroupedByBucketKeepBatchOrder) {
   model.check_contents(table);
 }
 
+// Under the hybrid lane schedule (LaneMode::kAuto), a pass runs in the Stash kernel or the clStash kernel by
+// the table's load. Promise: a pass whose inserts carry the load past the switch (single probing's 0.9) runs
+// each op once: its deletes each answer OK once, and every key is where the model says. (The GPU launches
+// both kernels and each decides on the device; the CPU backend runs one loop.)
+TEST_P(TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce) {
+  TableConfig c = config(8, 8, 4000);
+  c.probing = Probing::kSingle;
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  const auto slots = static_cast<int>(table.stats().device.capacity);
+  std::vector<Op> fill;
+  for (int i = 0; i < slots * 85 / 100; ++i) fill.push_back(put("k" + std::to_string(i), "v"));
+  model.run(table, fill);
+  std::vector<Op> ops;  // writes only: new keys to 0.93 of the slots, and deletes of old ones
+  for (int i = 0; i < slots * 8 / 100; ++i) {
+    ops.push_back(put("n" + std::to_string(i), "w"));
+    if (i % 4 == 0) ops.push_back(del("k" + std::to_string(i)));
+  }
+  model.run(table, ops);
+  model.check_contents(table);
+}
+
 TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
   Table table(config());
   Columns writes(table, {put("k", "v")});

@@ -53,7 +53,7 @@ inline constexpr std::uint32_t kLineBytes = 128;
 inline constexpr std::uint32_t kMinLineSlots = 3;
 
 // How the GPU schedules the lanes of a warp for the probing step. kAuto is the hybrid: clStash for a pass
-// that mixes reads and writes, or once the table's load passes TableConfig::clstash_load; Stash otherwise
+// that mixes reads and writes, or that begins with the table's load past TableConfig::clstash_load; Stash otherwise
 // (bench/RESULTS.md has the measurements behind this rule). A kLine tier's batches of new keys run Stash
 // whatever the mode (their compares read from L2, in a kernel of their own). The CPU backend has no lanes and
 // ignores it.

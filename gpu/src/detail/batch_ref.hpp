@@ -90,6 +90,7 @@ struct Counters {
   // Set by BeginPass for the pass, from the counters as the pass begins:
   unsigned long long checked;    // reserve each new key against max_items (the pass may fill the device tier)
   unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too
+  unsigned long long start_items;  // `items` (which the pass's probing step changes as it runs)
 };
 
 // What one thread changed, summed over its share of a pass and added to the Counters once.

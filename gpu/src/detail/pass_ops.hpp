@@ -60,6 +60,7 @@ struct BeginPass {
     // reserve room atomically. Only a host tier that holds keys needs walking.
     c.checked = c.items + ops > max_items;
     c.host_live = c.host_items != 0;
+    c.start_items = c.items;
     c.writes = 0;
     c.joined = 0;
     c.found = 0;
