@@ -2,7 +2,7 @@
 // the CPU backend, beside the baseline measured in the same run: std::unordered_map behind one mutex, driven
 // by as many threads as the backend uses, each taking the lock per operation.
 //
-//   table_bench_cpu --n=2097152 --loads=0.5,0.8,0.9,0.95 --batch=65536 [--vw=8]
+//   table_bench_cpu --n=2097152 --loads=0.5,0.8,0.9,0.95 --batch=65536 [--vw=8] [--layout=board|line]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -64,9 +64,11 @@ void make_mixed(Batch& b, const std::vector<std::uint64_t>& hits, const std::vec
   }
 }
 
-void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned threads, std::uint32_t value_width) {
+void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned threads, std::uint32_t value_width,
+                 SlotLayout layout) {
   TableConfig c;
   c.backend = BackendKind::kCpu;
+  c.slot_layout = layout;
   c.cpu_threads = threads;
   c.value_width = value_width;
   c.max_load_factor = 1.0;
@@ -90,7 +92,7 @@ void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned thr
     b.value_lens()[i] = value_width;
   }
   const std::string name = "backend=cpu threads=" + std::to_string(threads) + " batch=" + std::to_string(batch) +
-                           " vw=" + std::to_string(value_width);
+                           " vw=" + std::to_string(value_width) + " layout=" + to_string(layout);
 
   set_ops(b, OpKind::kPut, fill);
   set_keys(b, hits, fill);
@@ -169,8 +171,9 @@ int main(int argc, char** argv) {
   // Value width, a multiple of 8 (the baseline's values stay 8 bytes).
   const auto value_width = static_cast<std::uint32_t>(flags.u64("vw", 8) / 8 * 8);
   std::printf("DEVICE cpu hardware_threads=%u\n", std::thread::hardware_concurrency());
+  const std::string layout = flags.str("layout", "board");
   for (double load : flags.doubles("loads", "0.5,0.8,0.9,0.95")) {
-    bench_table(n, load, batch, threads, value_width);
+    bench_table(n, load, batch, threads, value_width, layout == "line" ? gpukv::SlotLayout::kLine : gpukv::SlotLayout::kBoard);
     bench_baseline(n, load, threads);
   }
   return 0;
