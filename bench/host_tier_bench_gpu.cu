@@ -98,6 +98,9 @@ void bench_host_tier(const HostRun& r) {
   c.key_width = r.kw;
   c.value_width = r.vw;
   c.ticket_bits = r.tickets;
+  // A board device tier, as in every run of this benchmark in bench/RESULTS.md (the default would pick the
+  // line layout at 8 B / 8 B), sized in board slots below.
+  c.slot_layout = SlotLayout::kBoard;
   c.max_load_factor = 0.95;
   c.order_host = r.ordered;
   c.host_phase_threads = r.host_threads;

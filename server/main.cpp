@@ -33,9 +33,10 @@ ABSL_FLAG(std::uint64_t, host_capacity, 0,
 ABSL_FLAG(std::uint32_t, key_width, 16, "largest key, bytes: 8, 16 or 32");
 ABSL_FLAG(std::uint32_t, value_width, 128, "largest value, bytes: 8 to 65536");
 ABSL_FLAG(std::uint32_t, ticket_bits, 8, "ticket size on the ticket-board: 2, 4 or 8");
-ABSL_FLAG(std::string, slot_layout, "board",
-          "where the device tier keeps its tickets: board (apart from the slots) or line (each probe unit one "
-          "128-byte line of tickets, lengths and slots; needs key_width + value_width <= 32)");
+ABSL_FLAG(std::string, slot_layout, "auto",
+          "where the device tier keeps its tickets: board (apart from the slots), line (each probe unit one "
+          "128-byte line of tickets, lengths and slots; needs key_width + value_width <= 32) or auto (line on a "
+          "GPU where a line holds 7 slots: key_width 8, value_width 8; else board)");
 ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
 ABSL_FLAG(double, cleanup_headroom, 0.5,
           "share of a full tier's EMPTY headroom its tombstones may take before it is cleaned (higher: fewer "
@@ -140,7 +141,8 @@ gpukv::BackendKind parse_backend(const std::string& s) {
 gpukv::SlotLayout parse_slot_layout(const std::string& s) {
   if (s == "board") return gpukv::SlotLayout::kBoard;
   if (s == "line") return gpukv::SlotLayout::kLine;
-  spdlog::critical("--slot_layout must be board or line, got '{}'", s);
+  if (s == "auto") return gpukv::SlotLayout::kAuto;
+  spdlog::critical("--slot_layout must be board, line or auto, got '{}'", s);
   std::exit(2);
 }
 

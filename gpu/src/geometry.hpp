@@ -40,8 +40,13 @@ struct Geometry {
   TierGeometry host;
 };
 
-// Throws Error(kInvalidArgument) with a message naming the bad setting.
+// Throws Error(kInvalidArgument) with a message naming the bad setting. A slot_layout of kAuto is checked as
+// kBoard, which it falls back to (pick_slot_layout).
 Geometry make_geometry(const TableConfig& config);
+
+// The device tier's layout for a table on `backend` (kGpu or kCpu): config.slot_layout, or for kAuto the one
+// SlotLayout describes.
+SlotLayout pick_slot_layout(const TableConfig& config, BackendKind backend);
 
 // Smallest prime >= n (n >= 2).
 std::uint64_t next_prime(std::uint64_t n);

@@ -39,7 +39,14 @@ const char* to_string(BackendKind kind) {
 
 const char* to_string(Probing probing) { return probing == Probing::kGroup ? "group" : "single"; }
 
-const char* to_string(SlotLayout layout) { return layout == SlotLayout::kBoard ? "board" : "line"; }
+const char* to_string(SlotLayout layout) {
+  switch (layout) {
+    case SlotLayout::kBoard: return "board";
+    case SlotLayout::kLine: return "line";
+    case SlotLayout::kAuto: return "auto";
+  }
+  return "unknown";
+}
 
 const char* to_string(LaneMode mode) {
   switch (mode) {
@@ -55,14 +62,15 @@ bool Table::gpu_available() { return detail::gpu_present(); }
 void Table::check(const TableConfig& config) { static_cast<void>(detail::make_geometry(config)); }
 
 Table::Table(const TableConfig& config) : config_(config) {
-  const detail::Geometry geometry = detail::make_geometry(config);
   backend_ = config.backend;
   if (backend_ == BackendKind::kAuto) backend_ = gpu_available() ? BackendKind::kGpu : BackendKind::kCpu;
+  config_.slot_layout = detail::pick_slot_layout(config, backend_);
+  const detail::Geometry geometry = detail::make_geometry(config_);
   if (backend_ == BackendKind::kGpu) {
     if (!gpu_available()) throw Error(Error::Code::kNoDevice, "backend gpu asked for, but no CUDA device is usable");
-    impl_ = detail::make_gpu_backend(config, geometry);
+    impl_ = detail::make_gpu_backend(config_, geometry);
   } else {
-    impl_ = detail::make_cpu_backend(config, geometry);
+    impl_ = detail::make_cpu_backend(config_, geometry);
   }
 }
 

@@ -150,9 +150,10 @@ Server::Server(const ServerOptions& options) : options_(options) {
       [this](const TableStats& stats, std::size_t ops) { service_->update_stats(stats, ops); }, std::move(log));
   service_->attach(batcher_.get(), stats, to_string(table_->backend()), table_->device_name());
   set_health(*grpc_, true);
-  spdlog::info("serving: backend {} ({}), key width {} B, value width {} B, capacity {} slots ({} keys at the maximum load)",
+  spdlog::info("serving: backend {} ({}), key width {} B, value width {} B, slot layout {}, capacity {} slots ({} keys at "
+               "the maximum load)",
                to_string(table_->backend()), table_->device_name(), options_.table.key_width, options_.table.value_width,
-               stats.device.capacity, stats.device.max_items);
+               to_string(table_->config().slot_layout), stats.device.capacity, stats.device.max_items);
   if (options_.shard_count > 1) spdlog::info("shard {} of {}", options_.shard_index, options_.shard_count);
   if (batcher_->batch_size() < options_.batcher.batch_size) {
     spdlog::info("batches of {} operations, not --batch_size={}: at {} B values a batch stages at most {} MiB",

@@ -247,7 +247,7 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     ("--max_message_bytes=1000", "--max_message_bytes must be 1048576 (1 MiB) to 1073741824 (1 GiB), got 1000"),
     ("--max_concurrent_calls=0", "--max_concurrent_calls must be 1 to 1000000, got 0"),
     ("--max_streams=0", "--max_streams must be 1 to 100000, got 0"),
-    ("--slot_layout=tiles", "--slot_layout must be board or line, got 'tiles'"),
+    ("--slot_layout=tiles", "--slot_layout must be board, line or auto, got 'tiles'"),
     # The default widths (16-byte keys, 128-byte values) make a slot of 144 bytes: not 3 to a line.
     ("--slot_layout=line", "key_width 16 and value_width 128 make a slot of 144 bytes: use slot_layout board"),
 ])

@@ -506,6 +506,36 @@ TEST_P(TableEdgeTest, BadSettingsAreRejectedWithAClearError) {
   rejects([](TableConfig& c) { c.slot_layout = SlotLayout::kLine; c.key_width = 32; c.value_width = 32; }, "slot_layout board");
 }
 
+// The default layout (SlotLayout::kAuto) is picked by width and backend. Promise: on the GPU a table of 8-byte
+// keys and 8-byte values (7 slots a line) gets the line layout, and any wider slot, single probing or
+// the CPU backend gets the board; Table::config() and the stats say which (a line tier has no board), and a
+// layout asked for by name is kept.
+TEST_P(TableEdgeTest, DefaultLayoutIsPickedByWidthAndBackend) {
+  struct Case {
+    std::uint32_t key_width, value_width;
+    Probing probing;
+    bool line_on_gpu;
+  };
+  for (const Case k : {Case{8, 8, Probing::kGroup, true}, Case{8, 16, Probing::kGroup, false},
+                       Case{16, 8, Probing::kGroup, false}, Case{8, 8, Probing::kSingle, false}}) {
+    SCOPED_TRACE(testing::Message() << k.key_width << " / " << k.value_width << " " << to_string(k.probing));
+    TableConfig c = config(k.key_width, k.value_width, 1000);
+    c.probing = k.probing;
+    ASSERT_EQ(c.slot_layout, SlotLayout::kAuto) << "the default";
+    Table table(c);
+    const bool line = k.line_on_gpu && GetParam() == BackendKind::kGpu;
+    EXPECT_EQ(table.config().slot_layout, line ? SlotLayout::kLine : SlotLayout::kBoard);
+    EXPECT_EQ(table.stats().device.board_bytes == 0, line);
+    Model model(table.stats().device.max_items);
+    model.run(table, {put("k", "v"), get("k"), del("k"), get("k"), put("k", "w")});
+    model.check_contents(table);
+  }
+  TableConfig board = config();
+  board.slot_layout = SlotLayout::kBoard;
+  EXPECT_EQ(Table(board).config().slot_layout, SlotLayout::kBoard);
+  EXPECT_STREQ(to_string(SlotLayout::kAuto), "auto");
+}
+
 // The line layout's memory: a unit is one 128-byte line holding its ticket word, its lengths word and as many
 // packed slots as fit, with no board apart; every slot of it takes a key. 8-byte keys and values: 7 slots of
 // 16 bytes, their lengths a nibble each; 16-byte keys: 4 slots of 24 bytes, a byte each. Values of every

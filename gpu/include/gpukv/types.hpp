@@ -48,7 +48,14 @@ enum class Probing : std::uint8_t { kGroup, kSingle };
 // lengths and the slots it describes, so that a hit reads one line of memory where kBoard reads two; group
 // probing only, and the line must hold at least kMinLineSlots slots of key_width + value_width bytes in the
 // 112 bytes after those two words (7 slots for 8-byte keys and values; bench/RESULTS.md, issue 17).
-enum class SlotLayout : std::uint8_t { kBoard, kLine };
+// kAuto (the default): kLine on the GPU backend where a line holds kAutoLineSlots slots (key_width and
+// value_width 8, group probing), kBoard otherwise. Measured on an H100 at 8 B / 8 B, the line runs
+// hits 1.05-1.22x, inserts 1.00-1.11x and mixed batches 1.05-1.12x the board's, in 55% of its memory, and
+// misses 0.81-0.93x; with wider slots (4 a line at 16 B / 8 B) the board wins nearly everything, and on the
+// CPU backend, whose board stays in its caches, the board's misses run twice the line's at load 0.9
+// (bench/RESULTS.md, issue 17, "a default layout by width"). Table::config() reports the layout picked.
+enum class SlotLayout : std::uint8_t { kBoard, kLine, kAuto };
+inline constexpr std::uint32_t kAutoLineSlots = 7;
 inline constexpr std::uint32_t kLineBytes = 128;
 inline constexpr std::uint32_t kMinLineSlots = 3;
 
@@ -86,7 +93,7 @@ struct TableConfig {
   // deletes and new keys walks ever longer before then. Lower: shorter walks, more clean-ups.
   double cleanup_headroom = 0.5;
   Probing probing = Probing::kGroup;
-  SlotLayout slot_layout = SlotLayout::kBoard;  // the device tier's; see SlotLayout
+  SlotLayout slot_layout = SlotLayout::kAuto;  // the device tier's; see SlotLayout
   BackendKind backend = BackendKind::kAuto;
   LaneMode lanes = LaneMode::kAuto;
   double clstash_load = -1;            // hybrid switch load; < 0: the measured default for the probing scheme
