@@ -171,9 +171,10 @@ int main(int argc, char** argv) {
   // Value width, a multiple of 8 (the baseline's values stay 8 bytes).
   const auto value_width = static_cast<std::uint32_t>(flags.u64("vw", 8) / 8 * 8);
   std::printf("DEVICE cpu hardware_threads=%u\n", std::thread::hardware_concurrency());
-  const std::string layout = flags.str("layout", "board");
+  const bool line = flags.str("layout", "board") == "line";
+  const gpukv::SlotLayout layout = line ? gpukv::SlotLayout::kLine : gpukv::SlotLayout::kBoard;
   for (double load : flags.doubles("loads", "0.5,0.8,0.9,0.95")) {
-    bench_table(n, load, batch, threads, value_width, layout == "line" ? gpukv::SlotLayout::kLine : gpukv::SlotLayout::kBoard);
+    bench_table(n, load, batch, threads, value_width, layout);
     bench_baseline(n, load, threads);
   }
   return 0;

@@ -108,7 +108,8 @@ Geometry make_geometry(const TableConfig& c) {
   Geometry g;
   g.key_words = c.key_width / 8;
   g.value_stride = value_stride(c.value_width);
-  g.device = tier_geometry(c, c.capacity, c.slot_layout == SlotLayout::kLine ? SlotLayout::kLine : SlotLayout::kBoard);
+  const SlotLayout device_layout = c.slot_layout == SlotLayout::kLine ? SlotLayout::kLine : SlotLayout::kBoard;
+  g.device = tier_geometry(c, c.capacity, device_layout);
   if (c.host_capacity != 0) {
     g.host = tier_geometry(c, c.host_capacity, SlotLayout::kBoard);
     g.host.tag_bytes = g.host.capacity;
@@ -118,7 +119,8 @@ Geometry make_geometry(const TableConfig& c) {
 
 SlotLayout pick_slot_layout(const TableConfig& c, BackendKind backend) {
   if (c.slot_layout != SlotLayout::kAuto) return c.slot_layout;
-  const bool lines_fit = c.probing == Probing::kGroup && (c.ticket_bits == 2 || c.ticket_bits == 4 || c.ticket_bits == 8) &&
+  const bool tickets_valid = c.ticket_bits == 2 || c.ticket_bits == 4 || c.ticket_bits == 8;  // checked later
+  const bool lines_fit = c.probing == Probing::kGroup && tickets_valid &&
                          line_slots(c.key_width, value_stride(c.value_width), 64 / c.ticket_bits) >= kAutoLineSlots;
   return backend == BackendKind::kGpu && lines_fit ? SlotLayout::kLine : SlotLayout::kBoard;
 }

@@ -53,15 +53,15 @@ enum class Probing : std::uint8_t { kGroup, kSingle };
 // hits 1.05-1.22x, inserts 1.00-1.11x and mixed batches 1.05-1.12x the board's, in 55% of its memory, and
 // misses 0.81-0.93x; with wider slots (4 a line at 16 B / 8 B) the board wins nearly everything, and on the
 // CPU backend, whose board stays in its caches, the board's misses run twice the line's at load 0.9
-// (bench/RESULTS.md, issue 17, "a default layout by width"). Table::config() reports the layout picked.
+// (bench/RESULTS.md, issue 17, "the line as the default layout"). Table::config() reports the layout picked.
 enum class SlotLayout : std::uint8_t { kBoard, kLine, kAuto };
 inline constexpr std::uint32_t kAutoLineSlots = 7;
 inline constexpr std::uint32_t kLineBytes = 128;
 inline constexpr std::uint32_t kMinLineSlots = 3;
 
 // How the GPU schedules the lanes of a warp for the probing step. kAuto is the hybrid: clStash for a pass
-// that mixes reads and writes, or that begins with the table's load past TableConfig::clstash_load; Stash otherwise
-// (bench/RESULTS.md has the measurements behind this rule). A kLine tier's batches of new keys run Stash
+// that mixes reads and writes, or that begins with the table's load past TableConfig::clstash_load; Stash
+// otherwise (bench/RESULTS.md has the measurements behind this rule). A kLine tier's batches of new keys run Stash
 // whatever the mode (their compares read from L2, in a kernel of their own). The CPU backend has no lanes and
 // ignores it.
 enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash };

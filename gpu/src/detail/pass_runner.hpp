@@ -75,7 +75,7 @@ struct LanePolicy {
   bool lookups_miss = false;  // the last pass without writes found under half of its keys
   // Every kernel of the step must get the same answer: from the pass's mix (StartPass) and the live keys as
   // the pass began. `items` itself grows while the Stash kernel inserts, and a pass that carried it past
-  // items_from ran its ops in the clStash kernel too (TableEdgeTest.APassThatCrossesTheLaneSwitchRunsEachOpOnce).
+  // items_from ran its ops in the clStash kernel too (TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce).
   GPUKV_HD_INLINE bool collaborative(const Counters& c) const {
     if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
     const bool mixed = c.writes * 10 >= ops && c.writes * 10 <= ops * 9;
