@@ -111,14 +111,16 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
 
 // A pass without writes under Stash lanes: one lookup per thread, in a kernel of its own whose registers are
 // a lookup's only, so that more of its warps can be resident (H100, run 141: passes of misses 1.02-1.11x
-// with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4).
-template <class Ref, Walk kWalk>
+// with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4). kFetchLine: each lookup's
+// first line fetched whole (ExecuteOp::run_lookup), for a line's passes expected to hit (LanePolicy::
+// lookups_miss false).
+template <class Ref, Walk kWalk, bool kFetchLine = false>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_LOOKUP_MIN_BLOCKS)
     lookup_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
   if (f.idle() || !read_only(f.e.pass) || policy.collaborative(*counters)) return;
   Tally tally;
-  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<kWalk>(op, t); }, tally);
+  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<kWalk, kFetchLine>(op, t); }, tally);
   flush_tally(tally, counters);
 }
 

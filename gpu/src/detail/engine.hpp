@@ -115,20 +115,22 @@ struct Engine {
   PassRef pass;
 
   // A device-tier unit's words as a walk of kind kWalk loads them (Walk).
-  template <Walk kWalk>
+  // kFetchLine: a line's whole line fetched into L2 with its words (Board::load_with_next); a walk that
+  // compares from L2 always fetches it.
+  template <Walk kWalk, bool kFetchLine = kWalk == Walk::kLineFromL2>
   GPUKV_HD_INLINE UnitWords load_unit(std::uint64_t word) const {
     UnitWords u{0, 0};
     if constexpr (kWalk == Walk::kAny) {
       u.tickets = table.board.load(word);
     } else {
-      table.board.template load_with_next<kWalk == Walk::kLineFromL2>(word, u.tickets, u.lens);
+      table.board.template load_with_next<kFetchLine>(word, u.tickets, u.lens);
     }
     return u;
   }
   // The words of the plan's first unit: callers load them early, so that their latency overlaps other work.
-  template <Walk kWalk = Walk::kAny>
+  template <Walk kWalk = Walk::kAny, bool kFetchLine = kWalk == Walk::kLineFromL2>
   GPUKV_HD_INLINE UnitWords first_unit(const ProbePlan& plan) const {
-    return load_unit<kWalk>(table.word_of(plan.first));
+    return load_unit<kWalk, kFetchLine>(table.word_of(plan.first));
   }
 
   // A walk for `key` from the plan's first unit, whose words the caller loaded early (first_unit()), so that

@@ -277,13 +277,14 @@ struct ExecuteOp {
     if (begin<kWalk>(op, p)) walk<kWalk>(op, p, tally);
   }
   // run() for a pass without writes (read_only), whose every op that is not malformed is a GET alone in the
-  // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only.
-  template <Walk kWalk = Walk::kAny>
+  // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only. kFetchLine: the
+  // first unit's whole line fetched into L2 (a line's hits, whose slot may lie in the line's other half).
+  template <Walk kWalk = Walk::kAny, bool kFetchLine = false>
   GPUKV_HD void run_lookup(std::uint64_t op, Tally& tally) const {
     const KeyWords key = batch_key(e.table, e.batch, op);
     if (group_entry(op, key.len) == kNoGroup) return;  // answered kInvalid
     const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
-    Probe p = e.start(key, plan, e.template first_unit<kWalk>(plan));
+    Probe p = e.start(key, plan, e.template first_unit<kWalk, kFetchLine>(plan));
     while (!step<kWalk>(p, tally)) {
     }
     if (p.at.to_host) {
