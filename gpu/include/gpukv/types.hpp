@@ -50,7 +50,7 @@ enum class Probing : std::uint8_t { kGroup, kSingle };
 // 112 bytes after those two words (7 slots for 8-byte keys and values; bench/RESULTS.md, issue 17).
 // kAuto (the default): kLine on the GPU backend where a line holds kAutoLineSlots slots (key_width and
 // value_width 8, group probing), kBoard otherwise. Measured on an H100 at 8 B / 8 B, the line runs
-// hits 1.05-1.22x, inserts 1.00-1.11x and mixed batches 1.05-1.12x the board's, in 55% of its memory, and
+// hits 1.10-1.25x, inserts 1.00-1.11x and mixed batches 1.05-1.12x the board's, in 55% of its memory, and
 // misses 0.81-0.93x; with wider slots (4 a line at 16 B / 8 B) the board wins nearly everything, and on the
 // CPU backend, whose board stays in its caches, the board's misses run twice the line's at load 0.9
 // (bench/RESULTS.md, issue 17, "the line as the default layout"). Table::config() reports the layout picked.
