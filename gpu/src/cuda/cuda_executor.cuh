@@ -90,8 +90,8 @@ class CudaExecutor {
     if (policy.lookups) {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks). A line's lookups that are
       // expected to hit fetch their first line whole: a hit's slot may lie in its other 64-byte half, which
-      // a second DRAM access would bring (line hits at loads 0.8-0.95 1.03-1.04x, H100 run 149); a miss
-      // needs the ticket word only, and lost up to 20% to the fetch.
+      // a second DRAM access would bring (line hits at loads 0.8-0.95 1.05-1.06x, H100 run 192); a miss
+      // needs the ticket word only, and lost up to 20% to the fetch (run 149).
       if (policy.lookups_miss) {
         launch_probing<lookup_kernel<Ref, kWalk>>(n, f, policy, needed);
       } else if constexpr (kWalk == Walk::kLine) {
