@@ -4,10 +4,12 @@
 // settings.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "detail/key_hash.hpp"
 #include "model.hpp"
 
 namespace gpukv::test {
@@ -271,10 +273,10 @@ TEST_P(TableEdgeTest, LargeReadOnlyBatchesAnswerEveryGet) {
   model.check_contents(table);
 }
 
-// A pass of more than 2M ops has a grouping table L2 does not hold, probed a bucket of entries at a time
-// where a smaller one is probed entry by entry (batch_groups.hpp). Promise: its same-key ops still take
-// effect in batch order: one pass of 2.2M mixed ops on 200000 keys (each about eleven times) matches the
-// model op by op, on either backend.
+// A pass of more than 2M ops has a grouping table L2 does not hold: the CPU backend probes it a bucket of
+// entries at a time where a smaller one is probed entry by entry, and the GPU groups the pass in bins of
+// shared memory (batch_groups.hpp). Promise: its same-key ops still take effect in batch order: one pass of
+// 2.2M mixed ops on 200000 keys (each about eleven times) matches the model op by op, on either backend.
 TEST_P(TableEdgeTest, PassesGroupedByBucketKeepBatchOrder) {
   const int keys = 200000;
   const int n = 2200000;  // a grouping table of 2^23 entries
@@ -296,6 +298,43 @@ TEST_P(TableEdgeTest, PassesGroupedByBucketKeepBatchOrder) {
   if (HasFatalFailure()) return;
   EXPECT_GT(table.stats().conflict_ops, 0u);
   model.check_contents(table);
+}
+
+// One pass of 1.1M ops, whose grouping the GPU does in 128 bins (batch_groups.hpp) of at most 24576 keys
+// each. Promise: where the keys are many more in one bin (keys made to collide there, as a client could) or
+// one key fills a bin, same-key ops still take effect in batch order and nothing is lost: the pass matches
+// the model op by op, on either backend (the GPU then groups the pass as it groups a smaller one).
+TEST_P(TableEdgeTest, PassesWhoseKeysCrowdOneBinKeepBatchOrder) {
+  const int n = 1100000;  // a grouping table of 2^22 entries: 128 bins
+  std::vector<std::string> crowd;  // 30000 keys of one bin
+  for (std::uint64_t i = 0; crowd.size() < 30000; ++i) {
+    std::string k = "c" + std::to_string(i);
+    std::uint64_t word = 0;
+    std::memcpy(&word, k.data(), k.size());
+    const detail::KeyWords key = detail::load_key(reinterpret_cast<const std::uint8_t*>(&word),
+                                                  static_cast<std::uint32_t>(k.size()), 1);
+    if ((detail::hash_key(key, 1) & 0xFF) == 0) crowd.push_back(std::move(k));
+  }
+  for (const bool one_key : {false, true}) {
+    SCOPED_TRACE(one_key ? "one key" : "30000 keys of one bin");
+    TableConfig c = config(8, 8, 100000);
+    c.max_batch = 1 << 22;  // the batch is one pass
+    Table table(c);
+    Model model(table.stats().device.max_items);
+    std::vector<Op> ops;
+    ops.reserve(n);
+    std::uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (int i = 0; i < n; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      std::string k = one_key ? crowd[0] : crowd[x % crowd.size()];
+      const std::uint64_t kind = (x >> 32) % 10;
+      ops.push_back(kind < 4 ? put(std::move(k), std::to_string(i)) : kind < 7 ? get(std::move(k))
+                    : kind < 9 ? del(std::move(k)) : put_if_absent(std::move(k), std::to_string(i)));
+    }
+    model.run(table, ops);
+    if (HasFatalFailure()) return;
+    model.check_contents(table);
+  }
 }
 
 // Under the hybrid lane schedule (LaneMode::kAuto), a pass runs in the Stash kernel or the clStash kernel by

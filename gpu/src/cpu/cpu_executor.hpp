@@ -19,6 +19,7 @@ class CpuExecutor {
  public:
   // Host threads walk a line as they walk a board (Walk::kAny: PassRunner::phase_walk).
   static constexpr bool kLineWalks = false;
+  static constexpr bool kGroupsInBins = false;  // GroupOp groups every pass: host threads share one cache
   // Ops per chunk handed to a thread by the steps that probe the table: large enough to amortise the
   // hand-off, small enough to balance.
   static constexpr std::uint64_t kGrain = 2048;

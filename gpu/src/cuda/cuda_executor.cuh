@@ -12,6 +12,7 @@
 
 #include "cuda_check.hpp"
 #include "device_memory.hpp"
+#include "group_bins_kernel.cuh"
 #include "kernels.cuh"
 #include "step_clock.hpp"
 
@@ -43,6 +44,8 @@ class CudaExecutor {
  public:
   // A line's ordered and host phases walk as Walk::kLineFromL2 (PassRunner::phase_walk).
   static constexpr bool kLineWalks = true;
+  // Passes of 1M to 4M ops group their ops in bins (group_in_bins).
+  static constexpr bool kGroupsInBins = true;
   CudaExecutor(cudaStream_t stream, int device, int sm_count, Counters* counters)
       : stream_(stream),
         sm_count_(sm_count),
@@ -144,6 +147,31 @@ class CudaExecutor {
     clock_.end(stream_);
   }
 
+  // Grouping in bins (detail/batch_groups.hpp, group_bins_kernel.cuh): every op's bin key appended to its
+  // bin's run, then a block per bin that groups the run in shared memory. The runs (50 MB) are allocated at
+  // the first pass that needs them.
+  template <class Ref>
+  void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits) {
+    constexpr int kTableBytes = kBinSlots * sizeof(std::uint32_t);
+    if (bin_runs_.empty()) {
+      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no kernel still reading what the allocation may move
+      bin_runs_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kBinRunCapacity * sizeof(std::uint64_t), "grouping bins");
+      bin_lengths_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kRunLengthStride * sizeof(std::uint32_t), "grouping bins");
+      GPUKV_CUDA_CHECK(cudaMemset(bin_lengths_.data(), 0, bin_lengths_.bytes()));
+      // The attribute belongs to the device the executor runs on.
+      GPUKV_CUDA_CHECK(cudaFuncSetAttribute(group_bins_kernel<Ref>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTableBytes));
+    }
+    const BinRuns runs{bin_runs_.as<std::uint64_t>(), bin_lengths_.as<std::uint32_t>(), bin_bits};
+    const int grid = static_cast<int>(
+        std::min<std::uint64_t>((n + kScatterTile - 1) / kScatterTile, resident_blocks<bin_scatter_kernel<Ref>, kScatterThreads>(sm_count_)));
+    clock_.begin(stream_, "BinScatter");
+    launch_blocks(bin_scatter_kernel<Ref>, grid, kScatterThreads, 0, n, e, runs, counters_);
+    clock_.end(stream_);
+    clock_.begin(stream_, "GroupBins");
+    launch_blocks(group_bins_kernel<Ref>, 1 << bin_bits, kBinThreads, kTableBytes, e, runs, counters_);
+    clock_.end(stream_);
+  }
+
   // In place (CUB's scan allows the output to be the input). Only clean-ups use it, so its scratch is
   // allocated each time.
   void exclusive_sum(unsigned long long* values, std::uint64_t n) {
@@ -198,12 +226,18 @@ class CudaExecutor {
   // may start while the kernel before it drains: each waits for it first (wait_for_earlier_kernels).
   template <class... Params, class... Args>
   void launch(void (*kernel)(Params...), int grid, Args&&... args) {
+    launch_blocks(kernel, grid, kBlockThreads, 0, std::forward<Args>(args)...);
+  }
+  // The same with blocks of `threads` threads and `shared` bytes of dynamic shared memory.
+  template <class... Params, class... Args>
+  void launch_blocks(void (*kernel)(Params...), int grid, int threads, int shared, Args&&... args) {
     cudaLaunchAttribute early{};
     early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     early.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t config{};
     config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(kBlockThreads);
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.dynamicSmemBytes = static_cast<std::size_t>(shared);
     config.stream = stream_;
     config.attrs = &early;
     config.numAttrs = early_launch_ ? 1 : 0;
@@ -220,6 +254,8 @@ class CudaExecutor {
   std::uint64_t sort_capacity_ = 0;  // keys the sort scratch holds
   GpuBuffer sort_temp_;
   GpuBuffer sort_alt_;
+  GpuBuffer bin_runs_;  // group_in_bins: BinRuns::keys
+  GpuBuffer bin_lengths_;  // BinRuns::lengths
   StepClock clock_;
 };
 

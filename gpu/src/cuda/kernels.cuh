@@ -147,12 +147,13 @@ __global__ void copy_counters_kernel(const Counters* counters, Counters* to) {
 }
 
 // Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
-// kernel (the kernel is the template argument, so kernels of one signature get separate answers).
-template <auto Kernel>
+// kernel (the kernel is the template argument, so kernels of one signature get separate answers), for
+// blocks of `kThreads` threads.
+template <auto Kernel, int kThreads = kBlockThreads>
 int resident_blocks(int sm_count) {
   static const int per_sm = [] {
     int blocks = 0;
-    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kBlockThreads, 0));
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kThreads, 0));
     return std::max(1, blocks);
   }();
   return per_sm * sm_count;

@@ -18,6 +18,7 @@
 // ExecuteOp skips reading them.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "hd.hpp"
@@ -115,6 +116,37 @@ GPUKV_UNROLL
 // of 0.2M and 1.7M ops.
 inline constexpr std::uint64_t kBucketProbeEntries = std::uint64_t{1} << 23;
 inline bool groups_by_bucket(std::uint64_t entries) { return entries >= kBucketProbeEntries; }
+
+// Grouping in bins: how the GPU groups a pass of 1M to 4M ops with writes. The grouping table's random loads
+// and CASes are most of GroupOp's time (without them it took 1.1 of 5.9 ms per 2^27 inserts on an H100: run
+// 193, a bound), because every SM reaches a 32 MB table at random across the fabric between the L2's two
+// halves. So each op appends a bin key to its bin's run instead (a block stages a tile of them by bin in
+// shared memory first, so that the runs are written as whole lines), and one block per bin then groups its
+// run in a table of shared memory (gpu/group_bins_kernel.cuh). A bin key:
+//
+//   | hash bits 32..63: tag (32) | hash bits 0..7: bin (7 or 8 bits) | op (24) |
+//
+// Ops of one key share their bin and tag; two ops whose tags match are compared by their keys, so an entry
+// holds one key only. An entry is bin << kBinSlotBits | its position in the bin's table, below
+// group_entries(n); once a second op joins it, both ops' group_of[] name it and it is marked kGroupShared, so
+// ExecuteOp reads it as it reads GroupOp's. Ops alone in the pass, nearly all, keep kUngrouped. A bin whose
+// run overflows (only keys made to collide, or one key filling a 4M-op pass, bring one) hands the whole pass to
+// GroupOp (GroupReset).
+inline constexpr int kBinSlotBits = 15;  // a bin's table: 2^15 entries of 4 bytes, 128 KB of shared memory
+inline constexpr int kBinShift = 24;     // where a bin key's bin begins
+inline constexpr std::uint64_t kBinOpMask = (std::uint64_t{1} << kBinShift) - 1;
+inline constexpr int kMaxBinBits = 8;    // bins: at most 256
+// Grouping tables of 2^22 and 2^23 entries (passes of 1M to 4M ops) are grouped in 2^7 and 2^8 bins; larger
+// passes, which only a max_batch above 4M makes, keep GroupOp, and so do smaller ones, whose table L2 holds.
+inline constexpr int kMinBinBits = 7;
+inline int group_bin_bits(std::uint64_t entries) {
+  const int bits = std::countr_zero(entries) - kBinSlotBits;
+  return bits >= kMinBinBits && bits <= kMaxBinBits ? bits : 0;
+}
+
+GPUKV_HD_INLINE std::uint64_t bin_key(std::uint64_t h, std::uint64_t op, int bin_bits) {
+  return (h >> 32 << 32) | ((h & ((std::uint64_t{1} << bin_bits) - 1)) << kBinShift) | op;
+}
 
 GPUKV_HD_INLINE bool group_shared(const std::uint32_t* groups, std::uint32_t entry) {
   return (groups[entry] & kGroupShared) != 0;

@@ -63,6 +63,7 @@ struct BeginPass {
     c.start_items = c.items;
     c.writes = 0;
     c.joined = 0;
+    c.group_overflow = 0;
     c.found = 0;
     c.pending = 0;
   }
@@ -114,32 +115,55 @@ GPUKV_HD_INLINE bool read_only(const PassRef& pass) { return pass.counters->writ
 
 // Groups ops by key so that same-key ops take effect in batch order (a pass with writes only). kByBucket:
 // the grouping table's probe order, groups_by_bucket() of its size (batch_groups.hpp).
+// A valid op's key, for grouping; a malformed op is answered kInvalid (its group kNoGroup) and yields none.
+// The op's row (kind, key length, value length) and its key are loaded before any of them is tested, so that
+// one memory round trip brings them all: tested in turn (valid(), then the key), they took four round trips
+// before the grouping CAS, and GroupOp ran 7% slower, writes 2% (H100, run 152).
+template <class Ref>
+GPUKV_HD_INLINE bool grouped_key(const Engine<Ref>& e, std::uint64_t op, KeyWords& key) {
+  const std::uint8_t kind = e.batch.ops[op];
+  key = batch_key(e.table, e.batch, op);
+  const std::uint32_t value_len = e.batch.value_lens != nullptr ? e.batch.value_lens[op] : 0;
+  if (e.batch.valid_row(kind, key.len, value_len)) return true;
+  e.batch.set_status(op, OpStatus::kInvalid);
+  e.pass.group_of[op] = kNoGroup;
+  return false;
+}
+
 template <class Ref, bool kByBucket = false>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
+  bool after_bins = false;  // queued after GroupBins: runs only if a bin overflowed (GroupReset)
   // Nothing to do in a pass without writes. Both executors ask once per thread or per step (Executor::
   // for_each) rather than once per op: launched over a pass's 4M ops to do nothing, GroupOp took 10 us of
   // a 367 us find pass (bench/RESULTS.md, "the fixed cost of a pass").
-  GPUKV_HD bool idle() const { return e.pass.counters->halted != 0 || read_only(e.pass); }
+  GPUKV_HD bool idle() const {
+    return e.pass.counters->halted != 0 || read_only(e.pass) || (after_bins && e.pass.counters->group_overflow == 0);
+  }
+  // The executors ask idle() before they run any op (Executor::for_each).
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
-    // The executors ask idle() before they run any op (Executor::for_each). An op's row (kind, key length,
-    // value length) and its key are loaded before any of them is tested, so that one memory round trip brings
-    // them all: tested in turn (valid(), then the key), they took four round trips before the grouping CAS,
-    // and GroupOp ran 7% slower, writes 2% (H100, run 152).
-    const std::uint8_t kind = e.batch.ops[op];
-    const KeyWords key = batch_key(e.table, e.batch, op);
-    const std::uint32_t value_len = e.batch.value_lens != nullptr ? e.batch.value_lens[op] : 0;
-    if (!e.batch.valid_row(kind, key.len, value_len)) {
-      e.batch.set_status(op, OpStatus::kInvalid);
-      e.pass.group_of[op] = kNoGroup;
-      return;
-    }
+    KeyWords key;
+    if (!grouped_key(e, op, key)) return;
     bool joined = false;
     const std::uint64_t h = hash_key(key, e.table.key_words);
     e.pass.group_of[op] = kByBucket ? group_insert_by_bucket(e.pass.groups, e.pass.group_mask, h, joined)
                                     : group_insert_by_entry(e.pass.groups, e.pass.group_mask, h, joined);
     tally.joined += joined;
+  }
+};
+
+// After GroupBins met a bin whose keys its table could not hold (Counters::group_overflow, from a pass with
+// many keys of one bin, which only keys made to collide bring): clears the entries it marked and the joins
+// it counted, so that GroupOp (after_bins) groups the whole pass instead on a clean table.
+struct GroupReset {
+  static constexpr const char* kName = "GroupReset";
+  std::uint32_t* groups;
+  Counters* counters;
+  GPUKV_HD bool idle() const { return counters->halted != 0 || counters->group_overflow == 0; }
+  GPUKV_HD void operator()(std::uint64_t entry, Tally&) const {
+    groups[entry] = 0;
+    if (entry == 0) counters->joined = 0;
   }
 };
 

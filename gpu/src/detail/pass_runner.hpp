@@ -7,6 +7,8 @@
 //   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
 //   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
+//   group_in_bins(e, n, b)  the GPU only (Exec::kGroupsInBins): group a pass's ops in 2^b bins
+//                           (batch_groups.hpp), as GroupOp would
 //   read_counters()         wait for all submitted work, return the counters
 //   write_counters(c)       set the counters (ordered after submitted work)
 //   snapshot_counters(s)    copy the counters, once the work submitted so far is done, into readback slot s
@@ -274,7 +276,13 @@ class PassRunner {
     const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
     exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
     dirty_bound_ = std::max(dirty_bound_, entries);
-    if (groups_by_bucket(entries)) {
+    if (const int bin_bits = group_bins(entries); bin_bits != 0) {
+      if constexpr (Exec::kGroupsInBins) {
+        exec_.group_in_bins(engine, n, bin_bits);
+        exec_.for_each(entries, GroupReset{scratch.groups, counters_});
+        exec_.for_each(n, GroupOp<Ref, true>{engine, /*after_bins=*/true});
+      }
+    } else if (groups_by_bucket(entries)) {
       exec_.for_each(n, GroupOp<Ref, true>{engine});
     } else {
       exec_.for_each(n, GroupOp<Ref, false>{engine});
@@ -304,6 +312,7 @@ class PassRunner {
     // LanePolicy::lookups_miss, from a pass without writes (the GPU's lookup kernel counts the keys its
     // lookups found; the CPU backend counts none and never asks).
     lookups_expected_ = known_.writes == 0;
+    writes_expected_ = known_.writes != 0;
     if (known_.writes == 0) lookups_miss_ = 2 * known_.found < n;
     const std::uint64_t deferred = known_.conflicts;
     const std::uint64_t host_ops = known_.host_queued;
@@ -345,6 +354,16 @@ class PassRunner {
     known_.halted = 0;
     exec_.write_counters(known_);
     return q.ahead;
+  }
+
+  // The bins of a pass's grouping (batch_groups.hpp), or 0 for GroupOp: on the GPU, in a pass of 1M to 4M
+  // ops expected to write (as the last finished pass did). A pass without writes then launches one kernel
+  // that returns at once (GroupOp) where grouping in bins launches four.
+  int group_bins(std::uint64_t entries) const {
+    if constexpr (Exec::kGroupsInBins) {
+      if (writes_expected_) return group_bin_bits(entries);
+    }
+    return 0;
   }
 
   // Calls f(std::integral_constant<Walk, kWalk>) with the walk of the phases after the probing step (the
@@ -459,6 +478,7 @@ class PassRunner {
   bool inserting_ = true;                       // the last finished pass looked like one of inserts
   bool lookups_expected_ = true;                 // LanePolicy::lookups
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
+  bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run
   unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued
   bool unfinished_ = false;                     // a call is under way, or the last one threw

@@ -1,0 +1,190 @@
+// Grouping in bins: the grouping step of a large pass with writes, done bin by bin in shared memory
+// (detail/batch_groups.hpp says why, and what a bin key holds). Two kernels, launched by
+// CudaExecutor::group_in_bins:
+//
+//   bin_scatter_kernel  every op: validate it, hash its key, and append its bin key to its bin's run (a
+//                       block counts a tile's ops per bin in shared memory, then reserves each bin's share of
+//                       the run with one atomic)
+//   group_bins_kernel   every bin, a block each: enter the run's keys in a table of shared memory; an op
+//                       whose key an earlier entry holds joins it, and both ops' groups become that entry
+//
+// The only global accesses are streams (the batch's columns, the runs) and, for the rare op whose key another
+// op of the pass carries, a few stores.
+#pragma once
+
+#include <cub/block/block_scan.cuh>
+
+#include <cstdint>
+
+#include "kernels.cuh"
+
+namespace gpukv::detail {
+namespace gpu {
+// Internal linkage: each gpu_backend_key*.cu has its own copy of these kernels and helpers.
+namespace {
+
+constexpr std::uint32_t kBinSlots = std::uint32_t{1} << kBinSlotBits;
+// A bin's run holds up to 3/4 of its table's entries: its keys then keep probe chains short, and every probe
+// ends at an empty entry. A pass with a fuller bin (about 1.5x the mean of 16K keys of a 4M-op pass, which
+// only skewed keys bring) is grouped by GroupOp instead (Counters::group_overflow). 50 MB for 256 runs.
+constexpr std::uint32_t kBinRunCapacity = kBinSlots / 4 * 3;
+// bin_scatter_kernel's tile: 16 ops per bin of 256 on average, so that a bin's share of a tile costs one
+// global atomic per 16 ops and goes out as 128 contiguous bytes; 8 ops a thread, whose loads are in flight
+// together (with 16, the kernel took 90 registers and 2 blocks of 256 threads an SM, and waited on memory).
+constexpr int kScatterThreads = 512;
+constexpr int kScatterOps = 8;
+constexpr std::uint32_t kScatterTile = kScatterThreads * kScatterOps;
+// Run lengths a cache line apart: the atomics of every tile on them would otherwise queue at a few L2 slices.
+constexpr std::uint32_t kRunLengthStride = 32;
+constexpr std::uint64_t kNoBinKey = ~std::uint64_t{0};  // no key in that place of a tile (a malformed op, or past n)
+constexpr int kBinThreads = 1024;  // group_bins_kernel's blocks
+// Run keys a thread of group_bins_kernel has in flight beyond the one it enters. Measured level with 1
+// (run 199): the step's time is not the runs' loads.
+constexpr int kBinKeysAhead = 6;
+
+// The runs' memory (the executor's): 2^kMaxBinBits runs of kBinRunCapacity keys, and each run's length
+// (kRunLengthStride apart), which bin_scatter_kernel counts up and group_bins_kernel, having read it, sets
+// back to 0 for the next pass.
+struct BinRuns {
+  std::uint64_t* keys;
+  std::uint32_t* lengths;
+  int bin_bits;
+  __device__ std::uint32_t bin_of(std::uint64_t key) const {
+    return static_cast<std::uint32_t>(key >> kBinShift) & ((std::uint32_t{1} << bin_bits) - 1);
+  }
+  __device__ std::uint32_t& length(std::uint32_t bin) const { return lengths[bin * kRunLengthStride]; }
+};
+
+template <class Ref>
+__global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::uint64_t n, Engine<Ref> e, BinRuns runs,
+                                                                         Counters* counters) {
+  using Scan = cub::BlockScan<std::uint32_t, kScatterThreads>;
+  __shared__ std::uint32_t tile_count[1 << kMaxBinBits];  // the tile's keys per bin
+  __shared__ std::uint32_t tile_first[1 << kMaxBinBits];  // where a bin's keys begin in `staged`
+  __shared__ std::uint32_t run_at[1 << kMaxBinBits];      // where they go in the bin's run
+  __shared__ std::uint64_t staged[kScatterTile];          // the tile's keys, by bin
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ std::uint32_t tile_keys;
+  static_assert(kScatterThreads >= 1 << kMaxBinBits, "a thread for every bin");
+  wait_for_earlier_kernels();
+  if (counters->halted != 0 || read_only(e.pass)) return;
+  const std::uint32_t bins = std::uint32_t{1} << runs.bin_bits;
+  const std::uint32_t bin_of_thread = threadIdx.x;  // past the last bin: none
+  for (std::uint64_t tile = std::uint64_t{blockIdx.x} * kScatterTile; tile < n;
+       tile += std::uint64_t{gridDim.x} * kScatterTile) {
+    if (bin_of_thread < bins) tile_count[bin_of_thread] = 0;
+    __syncthreads();
+    std::uint64_t key[kScatterOps];
+    std::uint32_t place[kScatterOps];
+#pragma unroll
+    for (int j = 0; j < kScatterOps; ++j) {
+      const std::uint64_t op = tile + static_cast<std::uint64_t>(j) * kScatterThreads + threadIdx.x;
+      KeyWords k;
+      key[j] = op < n && grouped_key(e, op, k) ? bin_key(hash_key(k, e.table.key_words), op, runs.bin_bits) : kNoBinKey;
+      if (key[j] != kNoBinKey) {
+        e.pass.group_of[op] = kUngrouped;
+        place[j] = atomicAdd(&tile_count[runs.bin_of(key[j])], 1u);
+      }
+    }
+    __syncthreads();
+    // Each bin's share: its place among the tile's keys, and in its run (one atomic a bin).
+    const std::uint32_t count = bin_of_thread < bins ? tile_count[bin_of_thread] : 0;
+    std::uint32_t first = 0, total = 0;
+    Scan(scan).ExclusiveSum(count, first, total);
+    if (bin_of_thread < bins) {
+      tile_first[bin_of_thread] = first;
+      run_at[bin_of_thread] = count != 0 ? atomicAdd(&runs.length(bin_of_thread), count) : 0;
+    }
+    if (threadIdx.x == 0) tile_keys = total;
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kScatterOps; ++j) {
+      if (key[j] != kNoBinKey) staged[tile_first[runs.bin_of(key[j])] + place[j]] = key[j];
+    }
+    __syncthreads();
+    // Neighbouring threads store a bin's keys to neighbouring places of its run.
+    for (std::uint32_t i = threadIdx.x; i < tile_keys; i += kScatterThreads) {
+      const std::uint64_t k = staged[i];
+      const std::uint32_t bin = runs.bin_of(k);
+      const std::uint32_t at = run_at[bin] + (i - tile_first[bin]);
+      // Past the capacity the key is dropped, and the run's length says so: group_bins_kernel then hands
+      // the pass to GroupOp.
+      if (at < kBinRunCapacity) runs.keys[std::uint64_t{bin} * kBinRunCapacity + at] = k;
+    }
+    __syncthreads();  // tile_count and staged are reused by the next tile
+  }
+}
+
+// A table entry: the tag's bits above those that pick its home position, then 1 + the key's index in its run
+// (0: empty). Where those bits match, the two keys are compared.
+constexpr int kBinIndexBits = 15;
+constexpr std::uint32_t kBinIndexMask = (std::uint32_t{1} << kBinIndexBits) - 1;
+static_assert(kBinRunCapacity < kBinIndexMask, "a run's index + 1 fits an entry");
+static_assert(kBinIndexBits == kBinSlotBits, "an entry keeps the tag's bits above those of its home position");
+
+template <class Ref>
+__global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, BinRuns runs, Counters* counters) {
+  extern __shared__ std::uint32_t table[];
+  wait_for_earlier_kernels();
+  if (counters->halted != 0 || read_only(e.pass)) return;
+  const std::uint32_t bin = blockIdx.x;
+  for (std::uint32_t i = threadIdx.x; i < kBinSlots; i += blockDim.x) table[i] = 0;
+  const std::uint32_t length = runs.length(bin);
+  __syncthreads();  // every thread has read the length before it is reset
+  if (threadIdx.x == 0) runs.length(bin) = 0;
+  if (length > kBinRunCapacity) {
+    if (threadIdx.x == 0) atomicExch(&counters->group_overflow, 1ull);
+    return;
+  }
+  const std::uint64_t* run = runs.keys + std::uint64_t{bin} * kBinRunCapacity;
+  Tally tally;
+  // A thread enters the keys threadIdx.x, + kBinThreads, ... of the run, one probe a turn of the loop, and
+  // takes up its next key as soon as one is in: with a whole key a turn, a warp waited for its longest
+  // probe chain at every key (about 11 probes where the mean is under 2). Its next keys are loaded
+  // kBinKeysAhead ahead (ahead[0] is the next), so that a key's load overlaps the probes of those before it.
+  const auto load = [&](std::uint32_t i) { return i < length ? run[i] : std::uint64_t{0}; };
+  std::uint32_t index = threadIdx.x;
+  std::uint64_t key = load(index);
+  std::uint64_t ahead[kBinKeysAhead];
+#pragma unroll
+  for (int j = 0; j < kBinKeysAhead; ++j) ahead[j] = load(index + (j + 1) * kBinThreads);
+  std::uint32_t pos = static_cast<std::uint32_t>(key >> 32) & (kBinSlots - 1);
+  while (index < length) {
+    const std::uint64_t op = key & kBinOpMask;
+    const auto tag = static_cast<std::uint32_t>(key >> 32);
+    const std::uint32_t mine = (tag >> kBinSlotBits << kBinIndexBits) | (index + 1);
+    bool done = false;
+    std::uint32_t seen = static_cast<volatile std::uint32_t*>(table)[pos];
+    if (seen == 0) seen = atomicCAS(&table[pos], 0u, mine);
+    if (seen == 0) {
+      done = true;  // the first op of its key (so far)
+    } else if ((seen ^ mine) >> kBinIndexBits == 0) {  // the same tag: compare the keys
+      const std::uint64_t other = run[(seen & kBinIndexMask) - 1] & kBinOpMask;
+      if (SameKeyOps<Ref>::keys_equal(batch_key(e.table, e.batch, op), batch_key(e.table, e.batch, other),
+                                      e.table.key_words)) {
+        // A second op of the key: both are in the entry, which ExecuteOp then finds shared.
+        const std::uint32_t entry = (bin << kBinSlotBits) | pos;
+        e.pass.group_of[op] = entry;
+        e.pass.group_of[other] = entry;
+        e.pass.groups[entry] = kGroupShared;
+        tally.joined += 1;
+        done = true;
+      }
+    }
+    if (done) {
+      index += kBinThreads;
+      key = ahead[0];
+#pragma unroll
+      for (int j = 0; j + 1 < kBinKeysAhead; ++j) ahead[j] = ahead[j + 1];
+      ahead[kBinKeysAhead - 1] = load(index + kBinKeysAhead * kBinThreads);
+      pos = static_cast<std::uint32_t>(key >> 32) & (kBinSlots - 1);
+    } else {
+      pos = (pos + 1) & (kBinSlots - 1);
+    }
+  }
+  flush_tally(tally, counters);
+}
+
+}  // namespace
+}  // namespace gpu
+}  // namespace gpukv::detail
