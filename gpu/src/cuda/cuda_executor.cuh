@@ -148,8 +148,8 @@ class CudaExecutor {
   }
 
   // Grouping in bins (detail/batch_groups.hpp, group_bins_kernel.cuh): every op's bin key appended to its
-  // bin's run, then a block per bin that groups the run in shared memory. The runs (50 MB) are allocated at
-  // the first pass that needs them.
+  // bin's run, a block per bin that groups the run in shared memory, and the ops of any bin whose run
+  // overflowed grouped apart. The runs (50 MB) are allocated at the first pass that needs them.
   template <class Ref>
   void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits) {
     constexpr int kTableBytes = kBinSlots * sizeof(std::uint32_t);
@@ -170,6 +170,7 @@ class CudaExecutor {
     clock_.begin(stream_, "GroupBins");
     launch_blocks(group_bins_kernel<Ref>, 1 << bin_bits, kBinThreads, kTableBytes, e, runs, counters_);
     clock_.end(stream_);
+    for_each(n, GroupOverflowOp<Ref>{e, runs});
   }
 
   // In place (CUB's scan allows the output to be the input). Only clean-ups use it, so its scratch is

@@ -7,6 +7,9 @@
 //                       the run with one atomic)
 //   group_bins_kernel   every bin, a block each: enter the run's keys in a table of shared memory; an op
 //                       whose key an earlier entry holds joins it, and both ops' groups become that entry
+//   GroupOverflowOp     every op, if a run overflowed: an op of such a bin enters the grouping table as
+//                       GroupOp's do (entry by entry, over the bins' marks), so its bin costs no more than
+//                       before; the ops of other bins return at once
 //
 // The only global accesses are streams (the batch's columns, the runs) and, for the rare op whose key another
 // op of the pass carries, a few stores.
@@ -25,8 +28,8 @@ namespace {
 
 constexpr std::uint32_t kBinSlots = std::uint32_t{1} << kBinSlotBits;
 // A bin's run holds up to 3/4 of its table's entries: its keys then keep probe chains short, and every probe
-// ends at an empty entry. A pass with a fuller bin (about 1.5x the mean of 16K keys of a 4M-op pass, which
-// only skewed keys bring) is grouped by GroupOp instead (Counters::group_overflow). 50 MB for 256 runs.
+// ends at an empty entry. A fuller bin (1.5x the mean of 16K keys of a 4M-op pass, which only skewed keys
+// bring) has its ops grouped apart (GroupOverflowOp). 50 MB for 256 runs.
 constexpr std::uint32_t kBinRunCapacity = kBinSlots / 4 * 3;
 // bin_scatter_kernel's tile: 16 ops per bin of 256 on average, so that a bin's share of a tile costs one
 // global atomic per 16 ops and goes out as 128 contiguous bytes; 8 ops a thread, whose loads are in flight
@@ -37,14 +40,12 @@ constexpr std::uint32_t kScatterTile = kScatterThreads * kScatterOps;
 // Run lengths a cache line apart: the atomics of every tile on them would otherwise queue at a few L2 slices.
 constexpr std::uint32_t kRunLengthStride = 32;
 constexpr std::uint64_t kNoBinKey = ~std::uint64_t{0};  // no key in that place of a tile (a malformed op, or past n)
-constexpr int kBinThreads = 1024;  // group_bins_kernel's blocks
-// Run keys a thread of group_bins_kernel has in flight beyond the one it enters. Measured level with 1
-// (run 199): the step's time is not the runs' loads.
-constexpr int kBinKeysAhead = 6;
+constexpr int kBinThreads = 1024;  // group_bins_kernel's blocks: one an SM, by its table
+constexpr int kBinKeysAhead = 1;  // run keys a thread has in flight beyond the one it enters (6: level, run 199)
 
-// The runs' memory (the executor's): 2^kMaxBinBits runs of kBinRunCapacity keys, and each run's length
-// (kRunLengthStride apart), which bin_scatter_kernel counts up and group_bins_kernel, having read it, sets
-// back to 0 for the next pass.
+// The runs' memory (the executor's): 2^kMaxBinBits runs of kBinRunCapacity keys, and for each (a line
+// apart) its length, which bin_scatter_kernel counts up and group_bins_kernel, having read it, sets back to
+// 0 for the next pass, and whether it overflowed in this pass, which group_bins_kernel sets.
 struct BinRuns {
   std::uint64_t* keys;
   std::uint32_t* lengths;
@@ -53,6 +54,7 @@ struct BinRuns {
     return static_cast<std::uint32_t>(key >> kBinShift) & ((std::uint32_t{1} << bin_bits) - 1);
   }
   __device__ std::uint32_t& length(std::uint32_t bin) const { return lengths[bin * kRunLengthStride]; }
+  __device__ std::uint32_t& overflowed(std::uint32_t bin) const { return lengths[bin * kRunLengthStride + 1]; }
 };
 
 template <class Ref>
@@ -131,11 +133,12 @@ __global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, 
   for (std::uint32_t i = threadIdx.x; i < kBinSlots; i += blockDim.x) table[i] = 0;
   const std::uint32_t length = runs.length(bin);
   __syncthreads();  // every thread has read the length before it is reset
-  if (threadIdx.x == 0) runs.length(bin) = 0;
-  if (length > kBinRunCapacity) {
-    if (threadIdx.x == 0) atomicExch(&counters->group_overflow, 1ull);
-    return;
+  if (threadIdx.x == 0) {
+    runs.length(bin) = 0;
+    runs.overflowed(bin) = length > kBinRunCapacity;
+    if (length > kBinRunCapacity) atomicExch(&counters->group_overflow, 1ull);
   }
+  if (length > kBinRunCapacity) return;
   const std::uint64_t* run = runs.keys + std::uint64_t{bin} * kBinRunCapacity;
   Tally tally;
   // A thread enters the keys threadIdx.x, + kBinThreads, ... of the run, one probe a turn of the loop, and
@@ -184,6 +187,26 @@ __global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, 
   }
   flush_tally(tally, counters);
 }
+
+// After group_bins_kernel, if a run overflowed (Counters::group_overflow): groups the ops of every bin whose run
+// overflowed, entry by entry in the grouping table from their hash's entry on (group_insert_by_entry), where
+// they take no entry the bins marked: those hold no tag. Every op of a key is in one bin, so its ops are
+// grouped either here or by its bin's block, never by both. A malformed op was answered by bin_scatter_kernel.
+template <class Ref>
+struct GroupOverflowOp {
+  static constexpr const char* kName = "GroupOverflowOp";
+  Engine<Ref> e;
+  BinRuns runs;
+  __device__ bool idle() const { return e.pass.counters->halted != 0 || e.pass.counters->group_overflow == 0; }
+  __device__ void operator()(std::uint64_t op, Tally& tally) const {
+    if (e.pass.group_of[op] == kNoGroup) return;
+    const std::uint64_t h = hash_key(batch_key(e.table, e.batch, op), e.table.key_words);
+    if (runs.overflowed(static_cast<std::uint32_t>(h) & ((std::uint32_t{1} << runs.bin_bits) - 1)) == 0) return;
+    bool joined = false;
+    e.pass.group_of[op] = group_insert_by_entry(e.pass.groups, e.pass.group_mask, h, joined);
+    tally.joined += joined;
+  }
+};
 
 }  // namespace
 }  // namespace gpu

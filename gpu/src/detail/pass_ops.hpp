@@ -134,13 +134,10 @@ template <class Ref, bool kByBucket = false>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
   Engine<Ref> e;
-  bool after_bins = false;  // queued after GroupBins: runs only if a bin overflowed (GroupReset)
   // Nothing to do in a pass without writes. Both executors ask once per thread or per step (Executor::
   // for_each) rather than once per op: launched over a pass's 4M ops to do nothing, GroupOp took 10 us of
   // a 367 us find pass (bench/RESULTS.md, "the fixed cost of a pass").
-  GPUKV_HD bool idle() const {
-    return e.pass.counters->halted != 0 || read_only(e.pass) || (after_bins && e.pass.counters->group_overflow == 0);
-  }
+  GPUKV_HD bool idle() const { return e.pass.counters->halted != 0 || read_only(e.pass); }
   // The executors ask idle() before they run any op (Executor::for_each).
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     KeyWords key;
@@ -150,20 +147,6 @@ struct GroupOp {
     e.pass.group_of[op] = kByBucket ? group_insert_by_bucket(e.pass.groups, e.pass.group_mask, h, joined)
                                     : group_insert_by_entry(e.pass.groups, e.pass.group_mask, h, joined);
     tally.joined += joined;
-  }
-};
-
-// After GroupBins met a bin whose keys its table could not hold (Counters::group_overflow, from a pass with
-// many keys of one bin, which only keys made to collide bring): clears the entries it marked and the joins
-// it counted, so that GroupOp (after_bins) groups the whole pass instead on a clean table.
-struct GroupReset {
-  static constexpr const char* kName = "GroupReset";
-  std::uint32_t* groups;
-  Counters* counters;
-  GPUKV_HD bool idle() const { return counters->halted != 0 || counters->group_overflow == 0; }
-  GPUKV_HD void operator()(std::uint64_t entry, Tally&) const {
-    groups[entry] = 0;
-    if (entry == 0) counters->joined = 0;
   }
 };
 

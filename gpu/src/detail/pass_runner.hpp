@@ -277,11 +277,7 @@ class PassRunner {
     exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
     dirty_bound_ = std::max(dirty_bound_, entries);
     if (const int bin_bits = group_bins(entries); bin_bits != 0) {
-      if constexpr (Exec::kGroupsInBins) {
-        exec_.group_in_bins(engine, n, bin_bits);
-        exec_.for_each(entries, GroupReset{scratch.groups, counters_});
-        exec_.for_each(n, GroupOp<Ref, true>{engine, /*after_bins=*/true});
-      }
+      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits);
     } else if (groups_by_bucket(entries)) {
       exec_.for_each(n, GroupOp<Ref, true>{engine});
     } else {
@@ -358,7 +354,7 @@ class PassRunner {
 
   // The bins of a pass's grouping (batch_groups.hpp), or 0 for GroupOp: on the GPU, in a pass of 1M to 4M
   // ops expected to write (as the last finished pass did). A pass without writes then launches one kernel
-  // that returns at once (GroupOp) where grouping in bins launches four.
+  // that returns at once (GroupOp) where grouping in bins launches three.
   int group_bins(std::uint64_t entries) const {
     if constexpr (Exec::kGroupsInBins) {
       if (writes_expected_) return group_bin_bits(entries);
