@@ -272,6 +272,23 @@ TEST_P(TableEdgeTest, LargeReadOnlyBatchesAnswerEveryGet) {
   model.check_contents(table);
 }
 
+// n ops, 40% PUT, 30% GET, 20% DELETE and 10% PUT_IF_ABSENT, each on key_of(x) for the next x of a xorshift
+// sequence from `seed`; a write's value is its op's index.
+template <class KeyOf>
+std::vector<Op> mixed_ops(int n, std::uint64_t seed, KeyOf key_of) {
+  std::vector<Op> ops;
+  ops.reserve(n);
+  std::uint64_t x = seed;
+  for (int i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::string k = key_of(x);
+    const std::uint64_t kind = (x >> 32) % 10;
+    ops.push_back(kind < 4 ? put(std::move(k), std::to_string(i)) : kind < 7 ? get(std::move(k))
+                  : kind < 9 ? del(std::move(k)) : put_if_absent(std::move(k), std::to_string(i)));
+  }
+  return ops;
+}
+
 // A pass of more than 2M ops has a grouping table L2 does not hold: the CPU backend probes it a bucket of
 // entries at a time where a smaller one is probed entry by entry, and the GPU groups the pass in bins of
 // shared memory (batch_groups.hpp). Promise: its same-key ops still take effect in batch order: one pass of
@@ -283,17 +300,7 @@ TEST_P(TableEdgeTest, PassesGroupedByBucketKeepBatchOrder) {
   c.max_batch = 1 << 22;  // the batch is one pass
   Table table(c);
   Model model(table.stats().device.max_items);
-  std::vector<Op> ops;
-  ops.reserve(n);
-  std::uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < n; ++i) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    std::string k = "k" + std::to_string(x % keys);
-    const std::uint64_t kind = (x >> 32) % 10;
-    ops.push_back(kind < 4 ? put(std::move(k), std::to_string(i)) : kind < 7 ? get(std::move(k))
-                  : kind < 9 ? del(std::move(k)) : put_if_absent(std::move(k), std::to_string(i)));
-  }
-  model.run(table, ops);
+  model.run(table, mixed_ops(n, 0x9E3779B97F4A7C15ull, [&](std::uint64_t x) { return "k" + std::to_string(x % keys); }));
   if (HasFatalFailure()) return;
   EXPECT_GT(table.stats().conflict_ops, 0u);
   model.check_contents(table);
@@ -302,7 +309,7 @@ TEST_P(TableEdgeTest, PassesGroupedByBucketKeepBatchOrder) {
 // One pass of 1.1M ops, whose grouping the GPU does in 128 bins (batch_groups.hpp) of at most 24576 keys
 // each. Promise: where the keys are many more in one bin (keys made to collide there, as a client could) or
 // one key fills a bin, same-key ops still take effect in batch order and nothing is lost: the pass matches
-// the model op by op, on either backend (the GPU then groups the pass as it groups a smaller one).
+// the model op by op, on either backend (the GPU groups that bin's ops apart, entry by entry).
 TEST_P(TableEdgeTest, PassesWhoseKeysCrowdOneBinKeepBatchOrder) {
   const int n = 1100000;  // a grouping table of 2^22 entries: 128 bins
   std::vector<std::string> crowd;  // 30000 keys of 8 bytes in one bin
@@ -316,17 +323,8 @@ TEST_P(TableEdgeTest, PassesWhoseKeysCrowdOneBinKeepBatchOrder) {
     c.max_batch = 1 << 22;  // the batch is one pass
     Table table(c);
     Model model(table.stats().device.max_items);
-    std::vector<Op> ops;
-    ops.reserve(n);
-    std::uint64_t x = 0x2545F4914F6CDD1Dull;
-    for (int i = 0; i < n; ++i) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      std::string k = one_key ? crowd[0] : crowd[x % crowd.size()];
-      const std::uint64_t kind = (x >> 32) % 10;
-      ops.push_back(kind < 4 ? put(std::move(k), std::to_string(i)) : kind < 7 ? get(std::move(k))
-                    : kind < 9 ? del(std::move(k)) : put_if_absent(std::move(k), std::to_string(i)));
-    }
-    model.run(table, ops);
+    model.run(table, mixed_ops(n, 0x2545F4914F6CDD1Dull,
+                               [&](std::uint64_t x) { return one_key ? crowd[0] : crowd[x % crowd.size()]; }));
     if (HasFatalFailure()) return;
     model.check_contents(table);
   }
