@@ -4,6 +4,7 @@
 //   BeginPass      once: reset the pass's counters, or halt the pass if the one before it needs the host
 //   StartPass      every grouping-table entry an earlier pass left: clear it; every op: count the valid writes
 //   GroupOp        every op, if the pass writes: validate, hash its key and enter it in the grouping table
+//                  (the GPU's passes of 1M to 4M ops: in bins of shared memory, gpu/group_bins_kernel.cuh)
 //   ExecuteOp      every op: run it now if its key is alone in the pass (validating it first in a pass
 //                  without writes), else defer it
 //   (sort the deferred ops by (group entry, op index))
@@ -113,8 +114,6 @@ GPUKV_UNROLL
 // (their walks share cache lines), and ExecuteOp validates it itself: GroupOp and group_of are not used.
 GPUKV_HD_INLINE bool read_only(const PassRef& pass) { return pass.counters->writes == 0; }
 
-// Groups ops by key so that same-key ops take effect in batch order (a pass with writes only). kByBucket:
-// the grouping table's probe order, groups_by_bucket() of its size (batch_groups.hpp).
 // A valid op's key, for grouping; a malformed op is answered kInvalid (its group kNoGroup) and yields none.
 // The op's row (kind, key length, value length) and its key are loaded before any of them is tested, so that
 // one memory round trip brings them all: tested in turn (valid(), then the key), they took four round trips
@@ -130,6 +129,9 @@ GPUKV_HD_INLINE bool grouped_key(const Engine<Ref>& e, std::uint64_t op, KeyWord
   return false;
 }
 
+// Groups ops by key so that same-key ops take effect in batch order (a pass with writes only). kByBucket:
+// the grouping table's probe order, groups_by_bucket() of its size (batch_groups.hpp). The GPU groups passes
+// of 1M to 4M ops in bins instead (gpu/group_bins_kernel.cuh).
 template <class Ref, bool kByBucket = false>
 struct GroupOp {
   static constexpr const char* kName = "GroupOp";
