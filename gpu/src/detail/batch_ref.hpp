@@ -88,6 +88,7 @@ struct Counters {
   unsigned long long pass_groups;
   unsigned long long dirty_groups;
   unsigned long long halted;
+  unsigned long long grouped_in_bins;  // the last pass that ran was grouped in bins (batch_groups.hpp)
   // Set by BeginPass for the pass, from the counters as the pass begins:
   unsigned long long checked;    // reserve each new key against max_items (the pass may fill the device tier)
   unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too

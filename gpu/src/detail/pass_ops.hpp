@@ -47,6 +47,7 @@ struct BeginPass {
   std::uint64_t max_items;      // the device tier's
   std::uint64_t group_entries;  // this pass's grouping-table size
   bool fresh_groups;            // the grouping table was just allocated, all zero
+  bool in_bins;                 // this pass is grouped in bins (batch_groups.hpp)
   GPUKV_HD void operator()(std::uint64_t, Tally&) const {
     Counters& c = *counters;
     if (host_first(c)) {
@@ -54,9 +55,12 @@ struct BeginPass {
       return;
     }
     // The last pass that ran cleared what it found (StartPass), and GroupOp filled its entries only if it
-    // had writes. A halted pass changes neither field, so they describe the last pass that ran.
-    c.dirty_groups = fresh_groups || c.writes == 0 ? 0 : c.pass_groups;
+    // had writes; grouped in bins, it marked entries only where ops joined or a run overflowed. A halted
+    // pass changes none of these fields, so they describe the last pass that ran.
+    const bool left_none = c.grouped_in_bins != 0 && c.joined == 0 && c.group_overflow == 0;
+    c.dirty_groups = fresh_groups || c.writes == 0 || left_none ? 0 : c.pass_groups;
     c.pass_groups = group_entries;
+    c.grouped_in_bins = in_bins;
     // If every op of the pass could insert a new key and still fit in the device tier, no op needs to
     // reserve room atomically. Only a host tier that holds keys needs walking.
     c.checked = c.items + ops > max_items;

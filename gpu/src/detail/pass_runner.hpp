@@ -270,13 +270,14 @@ class PassRunner {
                        /*checked=*/false, /*host_live=*/false,  // BeginPass sets them: PassRef::reserves()
                        /*inserts_expected=*/!table_.slots_own_sectors() && inserting_};
     const Engine<Ref> engine{table_, host_, batch, pass};
-    exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_});
+    const int bin_bits = group_bins(entries);
+    exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_, bin_bits != 0});
     fresh_groups_ = false;
     // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
     const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
     exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
     dirty_bound_ = std::max(dirty_bound_, entries);
-    if (const int bin_bits = group_bins(entries); bin_bits != 0) {
+    if (bin_bits != 0) {
       if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits);
     } else if (groups_by_bucket(entries)) {
       exec_.for_each(n, GroupOp<Ref, true>{engine});
