@@ -1,5 +1,5 @@
 // Grouping in bins: the grouping step of a large pass with writes, done bin by bin in shared memory
-// (detail/batch_groups.hpp says why, and what a bin key holds). Two kernels, launched by
+// (detail/batch_groups.hpp says why, and what a bin key holds). Three steps, launched by
 // CudaExecutor::group_in_bins:
 //
 //   bin_scatter_kernel  every op: validate it, hash its key, and append its bin key to its bin's run (a
