@@ -162,6 +162,15 @@ class Model {
     ASSERT_LE(map_.size(), max_items_);
   }
 
+  // Replays writes the caller ran itself and saw answered kOk (a batch with malformed ops among them, whose
+  // answers it checked op by op).
+  void record(const std::vector<Op>& ops) {
+    for (const Op& op : ops) {
+      if (op.kind == OpKind::kPut || (op.kind == OpKind::kPutIfAbsent && !map_.count(op.key))) map_[op.key] = op.value;
+      if (op.kind == OpKind::kDelete) map_.erase(op.key);
+    }
+  }
+
   // Reads every model key back from the table, and checks the table holds nothing else (by item count).
   void check_contents(Table& table) {
     std::vector<Op> gets;

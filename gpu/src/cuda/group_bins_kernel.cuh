@@ -4,7 +4,8 @@
 //
 //   bin_scatter_kernel  every op: validate it, hash its key, and append its bin key to its bin's run (a
 //                       block counts a tile's ops per bin in shared memory, then reserves each bin's share of
-//                       the run with one atomic)
+//                       the run with one atomic); and StartPass's work, which such a pass does not launch:
+//                       clear the grouping entries the last pass marked, count the pass's valid writes
 //   group_bins_kernel   every bin, a block each: enter the run's keys in a table of shared memory; an op
 //                       whose key an earlier entry holds joins it, and both ops' groups become that entry
 //   GroupOverflowOp     every op, if a run overflowed: an op of such a bin enters the grouping table as
@@ -68,7 +69,18 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
   __shared__ std::uint32_t tile_keys;
   static_assert(kScatterThreads >= 1 << kMaxBinBits, "a thread for every bin");
   wait_for_earlier_kernels();
-  if (counters->halted != 0 || read_only(e.pass)) return;
+  if (counters->halted != 0) return;
+  // StartPass's clearing, in whole 16-byte stores (the entries to clear are a power of two, at least 64, and
+  // the table is 16-byte aligned). Kernel boundaries order it before the grouping that marks entries.
+  const std::uint64_t threads = std::uint64_t{gridDim.x} * kScatterThreads;
+  auto* const groups = reinterpret_cast<uint4*>(e.pass.groups);
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * kScatterThreads + threadIdx.x; i < counters->dirty_groups / 4;
+       i += threads) {
+    groups[i] = make_uint4(0, 0, 0, 0);
+  }
+  // StartPass's count, which the steps after this one read (read_only, the lane schedule). A 32-bit count
+  // rather than a Tally's, which would take the kernel past 64 registers.
+  std::uint32_t writes = 0;
   const std::uint32_t bins = std::uint32_t{1} << runs.bin_bits;
   const std::uint32_t bin_of_thread = threadIdx.x;  // past the last bin: none
   for (std::uint64_t tile = std::uint64_t{blockIdx.x} * kScatterTile; tile < n;
@@ -83,6 +95,7 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
       KeyWords k;
       key[j] = op < n && grouped_key(e, op, k) ? bin_key(hash_key(k, e.table.key_words), op, runs.bin_bits) : kNoBinKey;
       if (key[j] != kNoBinKey) {
+        writes += e.batch.ops[op] != static_cast<std::uint8_t>(OpKind::kGet);
         e.pass.group_of[op] = kUngrouped;
         place[j] = atomicAdd(&tile_count[runs.bin_of(key[j])], 1u);
       }
@@ -114,6 +127,9 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
     }
     __syncthreads();  // tile_count and staged are reused by the next tile
   }
+  Tally tally;
+  tally.writes = writes;
+  flush_tally(tally, counters);
 }
 
 // A table entry: the tag's bits above those that pick its home position, then 1 + the key's index in its run
@@ -127,17 +143,23 @@ template <class Ref>
 __global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, BinRuns runs, Counters* counters) {
   extern __shared__ std::uint32_t table[];
   wait_for_earlier_kernels();
-  if (counters->halted != 0 || read_only(e.pass)) return;
+  if (counters->halted != 0) return;
+  // bin_scatter_kernel filled the runs before the pass's writes were counted: a pass without writes only
+  // empties them.
+  const bool groups = !read_only(e.pass);
   const std::uint32_t bin = blockIdx.x;
-  for (std::uint32_t i = threadIdx.x; i < kBinSlots; i += blockDim.x) table[i] = 0;
+  if (groups) {
+    for (std::uint32_t i = threadIdx.x; i < kBinSlots; i += blockDim.x) table[i] = 0;
+  }
   const std::uint32_t length = runs.length(bin);
+  const bool overflowed = groups && length > kBinRunCapacity;
   __syncthreads();  // every thread has read the length before it is reset
   if (threadIdx.x == 0) {
     runs.length(bin) = 0;
-    runs.overflowed(bin) = length > kBinRunCapacity;
-    if (length > kBinRunCapacity) atomicExch(&counters->group_overflow, 1ull);
+    runs.overflowed(bin) = overflowed;
+    if (overflowed) atomicExch(&counters->group_overflow, 1ull);
   }
-  if (length > kBinRunCapacity) return;
+  if (!groups || overflowed) return;
   const std::uint64_t* run = runs.keys + std::uint64_t{bin} * kBinRunCapacity;
   Tally tally;
   // A thread enters the keys threadIdx.x, + kBinThreads, ... of the run, one probe a turn of the loop, and

@@ -4,7 +4,8 @@
 //   BeginPass      once: reset the pass's counters, or halt the pass if the one before it needs the host
 //   StartPass      every grouping-table entry an earlier pass left: clear it; every op: count the valid writes
 //   GroupOp        every op, if the pass writes: validate, hash its key and enter it in the grouping table
-//                  (the GPU's passes of 1M to 4M ops: in bins of shared memory, gpu/group_bins_kernel.cuh)
+//                  (the GPU's passes of 1M to 4M ops: in bins of shared memory, gpu/group_bins_kernel.cuh,
+//                  whose first kernel does StartPass's work too)
 //   ExecuteOp      every op: run it now if its key is alone in the pass (validating it first in a pass
 //                  without writes), else defer it
 //   (sort the deferred ops by (group entry, op index))
@@ -54,9 +55,10 @@ struct BeginPass {
       c.halted = 1;
       return;
     }
-    // The last pass that ran cleared what it found (StartPass), and GroupOp filled its entries only if it
-    // had writes; grouped in bins, it marked entries only where ops joined or a run overflowed. A halted
-    // pass changes none of these fields, so they describe the last pass that ran.
+    // The last pass that ran cleared what it found (StartPass, or the first kernel of grouping in bins), and
+    // GroupOp filled its entries only if it had writes; grouped in bins, it marked entries only where ops
+    // joined or a run overflowed. A halted pass changes none of these fields, so they describe the last pass
+    // that ran.
     const bool left_none = c.grouped_in_bins != 0 && c.joined == 0 && c.group_overflow == 0;
     c.dirty_groups = fresh_groups || c.writes == 0 || left_none ? 0 : c.pass_groups;
     c.pass_groups = group_entries;
@@ -68,6 +70,7 @@ struct BeginPass {
     c.start_items = c.items;
     c.writes = 0;
     c.joined = 0;
+    c.malformed = 0;
     c.group_overflow = 0;
     c.found = 0;
     c.pending = 0;
@@ -118,7 +121,9 @@ GPUKV_UNROLL
 // (their walks share cache lines), and ExecuteOp validates it itself: GroupOp and group_of are not used.
 GPUKV_HD_INLINE bool read_only(const PassRef& pass) { return pass.counters->writes == 0; }
 
-// A valid op's key, for grouping; a malformed op is answered kInvalid (its group kNoGroup) and yields none.
+// A valid op's key, for grouping; a malformed op is answered kInvalid (its group kNoGroup), counted (an
+// atomic of its own: malformed ops are rare, and a count in the tally would cost the probing kernels a
+// register) and yields none.
 // The op's row (kind, key length, value length) and its key are loaded before any of them is tested, so that
 // one memory round trip brings them all: tested in turn (valid(), then the key), they took four round trips
 // before the grouping CAS, and GroupOp ran 7% slower, writes 2% (H100, run 152).
@@ -130,6 +135,7 @@ GPUKV_HD_INLINE bool grouped_key(const Engine<Ref>& e, std::uint64_t op, KeyWord
   if (e.batch.valid_row(kind, key.len, value_len)) return true;
   e.batch.set_status(op, OpStatus::kInvalid);
   e.pass.group_of[op] = kNoGroup;
+  atomic_ref<unsigned long long>(e.pass.counters->malformed).fetch_add(1, memory_order_relaxed);
   return false;
 }
 
@@ -222,11 +228,16 @@ struct ExecuteOp {
     std::uint32_t entry;
     KeyWords key;
     if (!read_only(e.pass)) {
-      // The group entry first, then the key. Loading both at once measured 3% slower for inserts
-      // (bench/RESULTS.md, "an op's reads issued together").
-      entry = e.pass.group_of[op];
-      if (entry == kNoGroup) return false;  // answered kInvalid
-      key = batch_key(e.table, e.batch, op);
+      if (all_alone_and_valid()) {
+        key = batch_key(e.table, e.batch, op);
+        entry = kUngrouped;
+      } else {
+        // The group entry first, then the key. Loading both at once measured 3% slower for inserts
+        // (bench/RESULTS.md, "an op's reads issued together").
+        entry = e.pass.group_of[op];
+        if (entry == kNoGroup) return false;  // answered kInvalid
+        key = batch_key(e.table, e.batch, op);
+      }
     } else {
       // The key, its length and the op's kind in one memory round trip, then the test.
       key = batch_key(e.table, e.batch, op);
@@ -314,6 +325,13 @@ struct ExecuteOp {
   }
 
  private:
+  // A pass with writes in which grouping found no op that joined another's entry and no malformed op: every
+  // op then runs now, and its group_of entry need not be read, which saves a memory round trip before its
+  // key's (bench/RESULTS.md, issue 17, "no group entry read where every op is alone").
+  GPUKV_HD_INLINE bool all_alone_and_valid() const {
+    return e.pass.counters->joined == 0 && e.pass.counters->malformed == 0;
+  }
+
   // The op's grouping entry, kUngrouped, or kNoGroup for a malformed op (answered kInvalid). `key_len` is
   // the op's, already loaded. In a pass without writes, a GET whose key length is valid is decided on that
   // and its kind; anything else loads the rest of its row (valid()).

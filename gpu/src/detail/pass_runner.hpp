@@ -274,8 +274,11 @@ class PassRunner {
     exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_, bin_bits != 0});
     fresh_groups_ = false;
     // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
-    const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
-    exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
+    // Grouping in bins does StartPass's work in its first kernel.
+    if (bin_bits == 0) {
+      const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
+      exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
+    }
     dirty_bound_ = std::max(dirty_bound_, entries);
     if (bin_bits != 0) {
       if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits);
