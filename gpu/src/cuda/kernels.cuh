@@ -47,14 +47,9 @@ constexpr int min_blocks() {
 // SMs as the kernel before drains, rather than after a launch gap once it has ended (about 3 us at each of
 // a pass's steps: bench/RESULTS.md, "the fixed cost of a pass"). Every kernel calls this before it reads
 // or writes anything.
-//
-// Once past the wait, a block lets the next kernel launch: when every block of this one has, the next one's
-// blocks take each SM as soon as this kernel's blocks there leave it, and wait (above) for all of them.
-// Without the signal, the next kernel launched only when every block of this one had ended.
 __device__ __forceinline__ void wait_for_earlier_kernels() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
