@@ -330,27 +330,30 @@ TEST_P(TableEdgeTest, PassesWhoseKeysCrowdOneBinKeepBatchOrder) {
   }
 }
 
-// On the GPU, a pass of 1M to 4M ops after a pass with writes is grouped in bins, whose first kernel also
-// counts the pass's writes and clears what the pass before left in the grouping table, and ExecuteOp reads no
-// grouping entry where grouping found every op alone and valid. Promise, for three such passes in a row (on
-// the CPU backend, smaller ones): same-key ops take effect in batch order; in a pass of distinct new keys
-// with malformed ops among them, those are refused and change nothing and every other op is done; and a
-// pass of GETs only answers every key as the passes before left it.
+// On the GPU, a pass of 1M to 4M ops after a pass with writes is grouped in bins; from the third pass of a
+// call on, the first kernel of that grouping also counts the pass's writes and clears what the pass before
+// left in the grouping table, and a pass that turns out to have none only empties the bins. ExecuteOp reads
+// no grouping entry where grouping found every op alone and valid. Promise, for calls of three passes each
+// (on the CPU backend, smaller ones): same-key ops take effect in batch order; in a call of distinct new keys
+// with malformed ops among them, those are refused and change nothing and every other op is done; a call of
+// GETs only, and a call whose last pass has GETs only, answer every key as the passes before left it.
 TEST_P(TableEdgeTest, LargePassesAfterWritesKeepOrderAndRefuseMalformedOps) {
   const bool gpu = GetParam() == BackendKind::kGpu;
-  const int n = gpu ? 1100000 : 300000;  // on the GPU, a grouping table of 2^22 entries: 128 bins
+  const int pass = gpu ? 1100000 : 100000;  // on the GPU, a grouping table of 2^22 entries: 128 bins
+  const int n = 3 * pass;
   const int keys = n / 4;
-  TableConfig c = config(8, 8, 4 * static_cast<std::uint64_t>(n));
-  c.max_batch = 1 << 22;  // every batch is one pass
+  TableConfig c = config(8, 8, 2 * static_cast<std::uint64_t>(n));
+  c.max_batch = pass;
   Table table(c);
   Model model(table.stats().device.max_items);
+  const auto key = [](char prefix, std::uint64_t i) { return prefix + std::to_string(i); };
   // About four ops a key: entries joined, which the next pass's grouping clears.
-  model.run(table, mixed_ops(n, 0x853C49E6748FEA9Bull, [&](std::uint64_t x) { return "k" + std::to_string(x % keys); }));
+  model.run(table, mixed_ops(n, 0x853C49E6748FEA9Bull, [&](std::uint64_t x) { return key('k', x % keys); }));
   if (HasFatalFailure()) return;
 
   // Distinct new keys, one op in 997 malformed (a value longer than the width).
   std::vector<Op> puts;
-  for (int i = 0; i < n; ++i) puts.push_back(put("n" + std::to_string(i), "v" + std::to_string(i)));
+  for (int i = 0; i < n; ++i) puts.push_back(put(key('n', i), "v" + std::to_string(i)));
   Columns cols(table, puts);
   for (int i = 0; i < n; i += 997) cols.raw_value_lens()[i] = 9;
   table.execute(cols.in(), cols.out());
@@ -365,10 +368,19 @@ TEST_P(TableEdgeTest, LargePassesAfterWritesKeepOrderAndRefuseMalformedOps) {
   }
   model.record(done);
 
-  // GETs only: every key of both passes, the malformed ops' (absent) among them.
+  // Two passes of writes, then a pass of GETs only: grouped in bins that it then empties.
+  std::vector<Op> ops = mixed_ops(2 * pass, 0x2545F4914F6CDD1Dull, [&](std::uint64_t x) { return key('k', x % keys); });
+  for (int i = 0; i < pass; ++i) ops.push_back(get(key(i % 2 == 0 ? 'k' : 'n', static_cast<std::uint64_t>(i) * 7 % keys)));
+  model.run(table, ops);
+  if (HasFatalFailure()) return;
+
+  // Writes again (their bins must start empty), then GETs only: every key of the calls above, the malformed
+  // ops' (absent) among them.
+  model.run(table, mixed_ops(n, 0x9E3779B97F4A7C15ull, [&](std::uint64_t x) { return key('k', x % keys); }));
+  if (HasFatalFailure()) return;
   std::vector<Op> gets;
-  for (int i = 0; i < keys; ++i) gets.push_back(get("k" + std::to_string(i)));
-  for (int i = 0; i < n; ++i) gets.push_back(get("n" + std::to_string(i)));
+  for (int i = 0; i < keys; ++i) gets.push_back(get(key('k', i)));
+  for (int i = 0; i < n; ++i) gets.push_back(get(key('n', i)));
   model.run(table, gets);
   if (HasFatalFailure()) return;
   model.check_contents(table);

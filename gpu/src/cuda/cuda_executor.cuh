@@ -150,8 +150,9 @@ class CudaExecutor {
   // Grouping in bins (detail/batch_groups.hpp, group_bins_kernel.cuh): every op's bin key appended to its
   // bin's run, a block per bin that groups the run in shared memory, and the ops of any bin whose run
   // overflowed grouped apart. The runs (50 MB) are allocated at the first pass that needs them.
+  // `starts_pass`: the first kernel does StartPass's work too (PassRunner launched none).
   template <class Ref>
-  void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits) {
+  void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits, bool starts_pass) {
     constexpr int kTableBytes = kBinSlots * sizeof(std::uint32_t);
     if (bin_runs_.empty()) {
       GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no kernel still reading what the allocation may move
@@ -165,7 +166,7 @@ class CudaExecutor {
     const int grid = static_cast<int>(
         std::min<std::uint64_t>((n + kScatterTile - 1) / kScatterTile, resident_blocks<bin_scatter_kernel<Ref>, kScatterThreads>(sm_count_)));
     clock_.begin(stream_, "BinScatter");
-    launch_blocks(bin_scatter_kernel<Ref>, grid, kScatterThreads, 0, n, e, runs, counters_);
+    launch_blocks(bin_scatter_kernel<Ref>, grid, kScatterThreads, 0, n, e, runs, starts_pass, counters_);
     clock_.end(stream_);
     clock_.begin(stream_, "GroupBins");
     launch_blocks(group_bins_kernel<Ref>, 1 << bin_bits, kBinThreads, kTableBytes, e, runs, counters_);

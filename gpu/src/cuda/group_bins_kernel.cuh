@@ -4,8 +4,9 @@
 //
 //   bin_scatter_kernel  every op: validate it, hash its key, and append its bin key to its bin's run (a
 //                       block counts a tile's ops per bin in shared memory, then reserves each bin's share of
-//                       the run with one atomic); and StartPass's work, which such a pass does not launch:
-//                       clear the grouping entries the last pass marked, count the pass's valid writes
+//                       the run with one atomic); and, where PassRunner asks (`starts_pass`), StartPass's
+//                       work, for which the pass then launches no kernel: clear the grouping entries the last
+//                       pass marked, count the pass's valid writes
 //   group_bins_kernel   every bin, a block each: enter the run's keys in a table of shared memory; an op
 //                       whose key an earlier entry holds joins it, and both ops' groups become that entry
 //   GroupOverflowOp     every op, if a run overflowed: an op of such a bin enters the grouping table as
@@ -59,7 +60,7 @@ struct BinRuns {
 
 template <class Ref>
 __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::uint64_t n, Engine<Ref> e, BinRuns runs,
-                                                                         Counters* counters) {
+                                                                         bool starts_pass, Counters* counters) {
   using Scan = cub::BlockScan<std::uint32_t, kScatterThreads>;
   __shared__ std::uint32_t tile_count[1 << kMaxBinBits];  // the tile's keys per bin
   __shared__ std::uint32_t tile_first[1 << kMaxBinBits];  // where a bin's keys begin in `staged`
@@ -69,14 +70,16 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
   __shared__ std::uint32_t tile_keys;
   static_assert(kScatterThreads >= 1 << kMaxBinBits, "a thread for every bin");
   wait_for_earlier_kernels();
-  if (counters->halted != 0) return;
-  // StartPass's clearing, in whole 16-byte stores (the entries to clear are a power of two, at least 64, and
-  // the table is 16-byte aligned). Kernel boundaries order it before the grouping that marks entries.
-  const std::uint64_t threads = std::uint64_t{gridDim.x} * kScatterThreads;
-  auto* const groups = reinterpret_cast<uint4*>(e.pass.groups);
-  for (std::uint64_t i = std::uint64_t{blockIdx.x} * kScatterThreads + threadIdx.x; i < counters->dirty_groups / 4;
-       i += threads) {
-    groups[i] = make_uint4(0, 0, 0, 0);
+  if (counters->halted != 0 || (!starts_pass && read_only(e.pass))) return;
+  if (starts_pass) {
+    // StartPass's clearing, in whole 16-byte stores (the entries to clear are a power of two, at least 64,
+    // and the table is 16-byte aligned). Kernel boundaries order it before the grouping that marks entries.
+    const std::uint64_t threads = std::uint64_t{gridDim.x} * kScatterThreads;
+    auto* const groups = reinterpret_cast<uint4*>(e.pass.groups);
+    for (std::uint64_t i = std::uint64_t{blockIdx.x} * kScatterThreads + threadIdx.x;
+         i < counters->dirty_groups / 4; i += threads) {
+      groups[i] = make_uint4(0, 0, 0, 0);
+    }
   }
   // StartPass's count, which the steps after this one read (read_only, the lane schedule). A 32-bit count
   // rather than a Tally's, which would take the kernel past 64 registers.
@@ -127,9 +130,11 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
     }
     __syncthreads();  // tile_count and staged are reused by the next tile
   }
-  Tally tally;
-  tally.writes = writes;
-  flush_tally(tally, counters);
+  if (starts_pass) {
+    Tally tally;
+    tally.writes = writes;
+    flush_tally(tally, counters);
+  }
 }
 
 // A table entry: the tag's bits above those that pick its home position, then 1 + the key's index in its run
@@ -144,8 +149,8 @@ __global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, 
   extern __shared__ std::uint32_t table[];
   wait_for_earlier_kernels();
   if (counters->halted != 0) return;
-  // bin_scatter_kernel filled the runs before the pass's writes were counted: a pass without writes only
-  // empties them.
+  // Where bin_scatter_kernel counted the writes, it filled the runs before it knew whether the pass has any:
+  // a pass without writes only empties them.
   const bool groups = !read_only(e.pass);
   const std::uint32_t bin = blockIdx.x;
   if (groups) {

@@ -5,7 +5,7 @@
 //   StartPass      every grouping-table entry an earlier pass left: clear it; every op: count the valid writes
 //   GroupOp        every op, if the pass writes: validate, hash its key and enter it in the grouping table
 //                  (the GPU's passes of 1M to 4M ops: in bins of shared memory, gpu/group_bins_kernel.cuh,
-//                  whose first kernel does StartPass's work too)
+//                  whose first kernel may do StartPass's work too)
 //   ExecuteOp      every op: run it now if its key is alone in the pass (validating it first in a pass
 //                  without writes), else defer it
 //   (sort the deferred ops by (group entry, op index))

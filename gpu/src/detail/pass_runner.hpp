@@ -7,8 +7,8 @@
 //   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
 //   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
-//   group_in_bins(e, n, b)  the GPU only (Exec::kGroupsInBins): group a pass's ops in 2^b bins
-//                           (batch_groups.hpp), as GroupOp would
+//   group_in_bins(e, n, b, s) the GPU only (Exec::kGroupsInBins): group a pass's ops in 2^b bins
+//                           (batch_groups.hpp), as GroupOp would; if s, do StartPass's work first
 //   read_counters()         wait for all submitted work, return the counters
 //   write_counters(c)       set the counters (ordered after submitted work)
 //   snapshot_counters(s)    copy the counters, once the work submitted so far is done, into readback slot s
@@ -167,6 +167,7 @@ class PassRunner {
       dirty_bound_ = 0;
     }
     const std::uint64_t passes = (batch.size + pass_ops - 1) / pass_ops;
+    finished_in_call_ = 0;
     std::optional<Queued> before;  // queued, not yet finished
     for (std::uint64_t k = 0; k < passes;) {
       const Queued pass = queue(batch.part(k * pass_ops, pass_ops), scratch, k + 1 < passes);
@@ -274,14 +275,19 @@ class PassRunner {
     exec_.for_each(1, BeginPass{counters_, n, max_items_, entries, fresh_groups_, bin_bits != 0});
     fresh_groups_ = false;
     // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
-    // Grouping in bins does StartPass's work in its first kernel.
-    if (bin_bits == 0) {
+    // Grouping in bins does StartPass's work in its first kernel, a launch less a pass (writes 1.01-1.04x on
+    // an H100, run 210), where a pass of this call has shown that the call writes: its first two passes are
+    // queued before any of its passes has finished, on the word of the call before, which may have been of
+    // another kind, and a pass without writes would then scatter its ops where StartPass's count lets
+    // grouping return at once (finds 0.99x, run 210).
+    const bool bins_start_pass = bin_bits != 0 && finished_in_call_ != 0;
+    if (!bins_start_pass) {
       const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
       exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
     }
     dirty_bound_ = std::max(dirty_bound_, entries);
     if (bin_bits != 0) {
-      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits);
+      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits, bins_start_pass);
     } else if (groups_by_bucket(entries)) {
       exec_.for_each(n, GroupOp<Ref, true>{engine});
     } else {
@@ -303,6 +309,7 @@ class PassRunner {
   // queued after it was halted (it then did nothing, and must be queued again).
   bool finish(const Queued& q, const PassScratch& scratch) {
     known_ = exec_.wait_snapshot(q.slot);
+    finished_in_call_ += 1;
     const std::uint64_t n = q.batch.size;
     // Whether the pass looked like one of inserts: every op wrote, and at least half of them added a key.
     // The passes queued from now on expect the same (PassRef::inserts_expected).
@@ -479,6 +486,7 @@ class PassRunner {
   bool lookups_expected_ = true;                 // LanePolicy::lookups
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run
+  std::uint64_t finished_in_call_ = 0;          // passes of this call finished so far
   unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued
   bool unfinished_ = false;                     // a call is under way, or the last one threw
