@@ -81,8 +81,9 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
       groups[i] = make_uint4(0, 0, 0, 0);
     }
   }
-  // StartPass's count, which the steps after this one read (read_only, the lane schedule). A 32-bit count
-  // rather than a Tally's, which would take the kernel past 64 registers.
+  // StartPass's count, added to the counters where this kernel does StartPass's work (the steps after it read
+  // it: read_only, the lane schedule). A 32-bit count rather than a Tally's, which would take the kernel past
+  // 64 registers.
   std::uint32_t writes = 0;
   const std::uint32_t bins = std::uint32_t{1} << runs.bin_bits;
   const std::uint32_t bin_of_thread = threadIdx.x;  // past the last bin: none
