@@ -152,20 +152,20 @@ __global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, 
   if (counters->halted != 0) return;
   // Where bin_scatter_kernel counted the writes, it filled the runs before it knew whether the pass has any:
   // a pass without writes only empties them.
-  const bool groups = !read_only(e.pass);
+  const bool has_writes = !read_only(e.pass);
   const std::uint32_t bin = blockIdx.x;
-  if (groups) {
+  if (has_writes) {
     for (std::uint32_t i = threadIdx.x; i < kBinSlots; i += blockDim.x) table[i] = 0;
   }
   const std::uint32_t length = runs.length(bin);
-  const bool overflowed = groups && length > kBinRunCapacity;
+  const bool overflowed = has_writes && length > kBinRunCapacity;
   __syncthreads();  // every thread has read the length before it is reset
   if (threadIdx.x == 0) {
     runs.length(bin) = 0;
     runs.overflowed(bin) = overflowed;
     if (overflowed) atomicExch(&counters->group_overflow, 1ull);
   }
-  if (!groups || overflowed) return;
+  if (!has_writes || overflowed) return;
   const std::uint64_t* run = runs.keys + std::uint64_t{bin} * kBinRunCapacity;
   Tally tally;
   // A thread enters the keys threadIdx.x, + kBinThreads, ... of the run, one probe a turn of the loop, and
