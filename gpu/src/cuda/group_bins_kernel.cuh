@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
       const std::uint64_t k = staged[i];
       const std::uint32_t bin = runs.bin_of(k);
       const std::uint32_t at = run_at[bin] + (i - tile_first[bin]);
-      // Past the capacity the key is dropped, and the run's length says so: group_bins_kernel then hands
-      // the pass to GroupOp.
+      // Past the capacity the key is dropped, and the run's length says so: group_bins_kernel then marks the
+      // bin overflowed, and GroupOverflowOp groups all of its ops.
       if (at < kBinRunCapacity) runs.keys[std::uint64_t{bin} * kBinRunCapacity + at] = k;
     }
     __syncthreads();  // tile_count and staged are reused by the next tile
