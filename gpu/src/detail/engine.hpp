@@ -74,27 +74,66 @@ struct Probe {
   std::uint64_t unit;     // the next unit to examine
   std::uint64_t probe;    // its position in the sequence
   UnitWords words;        // its words when probe == 0 (loaded early; later units load theirs); once the walk
-                          // found its key in the device tier, the words of the key's unit
+                          // found its key in the device tier, the words of the key's unit; in a walk of
+                          // Walk::kLineFromL2, once it saw where a new key may be claimed (claim_unit), that
+                          // unit's (the walks that never claim keep their loop as it was: run 225 measured
+                          // the lookup kernel's misses 4-5% slower with it)
   Location at;            // the outcome so far; final once step() returns true
+};
+
+// A new key's lengths, for a claim in a line that writes them with its ticket (claim_ticket; GPU only): one
+// request to L2 less per insert, where an insert is bound by its requests (bench/RESULTS.md, issue 17, "an
+// insert's stores merged"). `word`: the claim unit's lengths word as the walk loaded it.
+struct LensClaim {
+  std::uint64_t word;
+  SlotLens lens;
+  // Set wherever a LensClaim is passed, and tested by the claim at run time: the same test made at compile
+  // time (a template parameter) measured the Stash kernel's passes of 65536 inserts 22% slower (run 229).
+  bool wanted = false;
+  bool stored = false;  // set when the claim wrote them
 };
 
 // Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
 // whose board word the caller saw as `tickets`, setting it to `to` (BUSY unless the caller owns the step:
 // see TicketBoard::claim). Returns false if none is left. A reused tombstone is subtracted from `tombstones`.
+// `lens` (a line on the GPU, or null): the slot's lengths, written with the ticket if `lens->wanted` (the
+// caller saw `unit`'s lengths word); `lens->stored` says whether they were.
 template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
                            std::uint64_t tickets, std::uint64_t& slot, Count& tombstones,
-                           std::uint64_t to = Ref::Codec::kBusy) {
+                           std::uint64_t to = Ref::Codec::kBusy, [[maybe_unused]] LensClaim* lens = nullptr) {
   using Codec = typename Ref::Codec;
   const std::uint64_t first_probe = probe;  // a stale view of its word only costs a failed CAS, which refreshes it
   for (; probe < t.units; ++probe) {
     const std::uint64_t word = t.word_of(unit);
     const std::uint64_t lanes = t.lanes_of(unit);
-    if (probe != first_probe) tickets = t.board.load(word);
+    if (probe != first_probe) {
+#if defined(__CUDA_ARCH__)
+      if (lens != nullptr && lens->wanted) {
+        t.board.template load_with_next<false>(word, tickets, lens->word);
+      } else {
+        tickets = t.board.load(word);
+      }
+#else
+      tickets = t.board.load(word);
+#endif
+    }
     for (std::uint64_t open = Codec::available(tickets) & lanes; open != 0; open = Codec::available(tickets) & lanes) {
       const int field = Codec::field_of(open);
       const std::uint64_t code = Codec::field_code(tickets, field);
-      if (t.board.claim(word, field, tickets, to)) {  // refreshes `tickets` when it fails
+      bool claimed;
+#if defined(__CUDA_ARCH__)
+      if (lens != nullptr && lens->wanted) {
+        std::uint64_t mask, bits;
+        t.line_lens_bits(Ref::slot_of(word, field), lens->lens, mask, bits);
+        claimed = lens->stored = t.board.claim_with_next(word, field, tickets, lens->word, mask, bits, to);
+      } else {
+        claimed = t.board.claim(word, field, tickets, to);
+      }
+#else
+      claimed = t.board.claim(word, field, tickets, to);
+#endif
+      if (claimed) {  // a failed claim refreshes `tickets`
         if (code == Codec::kTombstone) tombstones -= 1;
         slot = Ref::slot_of(word, field);
         return true;
@@ -240,6 +279,7 @@ struct Engine {
       p.at.claim_unit = p.unit;
       p.at.claim_probe = p.probe;
       p.at.claim_tickets = tickets;
+      if constexpr (kWalk == Walk::kLineFromL2) p.words = u;  // the lengths word a claim there writes (LensClaim)
     }
     if ((Codec::empty(tickets) & lanes) != 0) return end_of_tier<kWithHost>(p);
     p.unit = next_unit(p.unit, p.plan.step, t.units);
@@ -302,15 +342,17 @@ struct Engine {
   // Finds a slot for a new key: in the device tier while it has room, else in the host tier. Returns false
   // (and reserves nothing) if neither has room.
   // kWithHost false: the device tier only (the probing kernels leave the host tier to the host phase).
+  // `lens`: as claim_ticket's, for a claim in the device tier.
   template <bool kWithHost>
-  GPUKV_HD bool place(const Probe& p, std::uint64_t& slot, bool& in_host, Tally& tally) const {
+  GPUKV_HD bool place(const Probe& p, std::uint64_t& slot, bool& in_host, Tally& tally, LensClaim* lens = nullptr) const {
     const Location& at = p.at;
     if (reserve(false, tally)) {
       // The device tier's step: the walk's plan, unless the walk went on into the host tier (then recomputed,
       // rather than carried through every walk in registers).
       const std::uint64_t step = at.in_host ? plan_probe(hash_key(p.key, table.key_words), table.units).step : p.plan.step;
       if (at.can_claim &&
-          claim_ticket(table, at.claim_unit, at.claim_probe, step, at.claim_tickets, slot, tally.tombstones)) {
+          claim_ticket(table, at.claim_unit, at.claim_probe, step, at.claim_tickets, slot, tally.tombstones,
+                       Codec::kBusy, lens)) {
         in_host = false;
         return true;
       }
@@ -368,6 +410,13 @@ struct Engine {
     bool written = false;     // the current value is `value` (written in this pass), not the slot's
     bool gather = false;      // the (one) op is a GET whose value CopyValues copies
     ValueIn value{};
+    // A line's walk that compares from L2 (on the GPU: passes of inserts, the ordered and host phases): a key
+    // alone in the pass writes its lengths with its claim (claim_ticket), its value then known; p.words holds
+    // the claim unit's lengths word (or, after a walk of the host tier, not: the claim's CAS then fails once
+    // and retries with the word it found). Not in the other line walks: in the clStash kernel it spilled 56
+    // bytes more a thread, for a mixed pass's few new keys.
+    LensClaim lens_claim{p.words.lens, SlotLens{p.key.len, 0}};
+    constexpr bool kLensInClaim = Ops::kAlone && kWalk == Walk::kLineFromL2;
 
     // The key's last op carries the commit's pending[] entry, if it leaves one; the others' stay
     // kNothingPending.
@@ -399,7 +448,11 @@ struct Engine {
           [[fallthrough]];
         case OpKind::kPut:
           if (!have_slot) {
-            if (!place<kWithHost>(p, slot, slot_in_host, tally)) {
+            // Null only where kLensInClaim is false at compile time: a pointer that may be null at run time put
+            // the claim in local memory.
+            lens_claim.wanted = kLensInClaim;
+            lens_claim.lens.value = ops.value(op).len;
+            if (!place<kWithHost>(p, slot, slot_in_host, tally, kLensInClaim ? &lens_claim : nullptr)) {
               if (!kWithHost && host.units != 0) return false;  // only op of its key: nothing written yet
               batch.set_status(op, OpStatus::kFull);
               break;
@@ -425,13 +478,14 @@ struct Engine {
       pending = commit<true, Walk::kAny>(host, p, slot, claimed, present, written, value, tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
-      table.store_key(slot, p.key, value.len);
+      table.template store_key<kWalk == Walk::kLineFromL2>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
       pending = pending_code(false, slot, p.code) | kPendingScatter;
     } else if (Ops::kAlone && pass.copy_later && at.hit && present && written) {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
       pending = kPendingOverwrite | (slot << 8);
     } else {
-      pending = commit<false, kWalk>(table, p, slot, claimed, present, written, value, tally);
+      pending = commit<false, kWalk>(table, p, slot, claimed, present, written, value, tally,
+                                     kLensInClaim && lens_claim.stored);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (any && pending != kNothingPending) {
@@ -441,10 +495,11 @@ struct Engine {
     return true;
   }
 
-  // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()).
+  // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()). `lens_stored`: the
+  // claim wrote the new slot's lengths.
   template <bool kHost, Walk kWalk>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
-                                       bool written, const ValueIn& value, Tally& tally) const {
+                                       bool written, const ValueIn& value, Tally& tally, bool lens_stored = false) const {
     const auto forget = [&] {  // the key's slot becomes a tombstone
       if constexpr (kHost) {
         tally.host_items -= 1;
@@ -457,7 +512,7 @@ struct Engine {
     };
     if (claimed) {
       if (!present) return forget();  // inserted and deleted within the pass
-      t.store_new(slot, p.key, value);
+      t.template store_new<kWalk == Walk::kLineFromL2>(slot, p.key, value, lens_stored);
       if constexpr (kHost) {
         if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
         tally.host_writes += 1;
@@ -482,7 +537,7 @@ struct Engine {
       return forget();
     }
     if (written) {
-      t.store_value(slot, value, p.key.len);
+      t.template store_value<kWalk == Walk::kLineFromL2>(slot, value, p.key.len);
       if constexpr (kHost) tally.host_writes += 1;
     }
     return kNothingPending;

@@ -250,11 +250,31 @@ GPUKV_UNROLL
 #endif
   }
 
+  // kFromL2, on the stores below: the caller is a kernel whose walks compare from L2 (Walk::kLineFromL2), the
+  // only kernels where a claim writes a line's lengths word with a 16-byte CAS (Engine::place,
+  // Board::claim_with_next). Their stores of lengths are then relaxed (a CAS is atomic only against the
+  // strong accesses it races with), and a line slot of a one-word key is stored with its value's first word
+  // in one 16-byte store. Every other kernel keeps the plain stores, and none of this code: with it, the
+  // board's clStash kernel took 1100 instructions more (its mixed passes 2% slower at load 0.9), and the
+  // line's Stash kernel, which also runs the GETs of passes of 65536 ops, lost 5-13% on them.
+
   // Fills a slot nobody else reads (its ticket is BUSY): lengths, key and value, with zeros to the end of the
-  // value's last sector so that every sector written is written whole.
-  template <class Value>
-  GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const Value& value) const {
-    store_key(index, k, value.len);
+  // value's last sector so that every sector written is written whole. `lens_stored`: the slot's lengths are
+  // in place already (its claim wrote them).
+  template <bool kFromL2 = false, class Value>
+  GPUKV_HD_INLINE void store_new(std::uint64_t index, const KeyWords& k, const Value& value, bool lens_stored = false) const {
+#if defined(__CUDA_ARCH__)
+    if constexpr (kFromL2 && KeyWords_ == 1) {
+      // A line slot whose one-word key starts a 16-byte pair (every slot of 8-byte keys and values): the key
+      // and the value's first word in one store, where apart they were two requests to L2.
+      if (len_bits != kBoardLenBits && pair_aligned(key_words_at(index))) {
+        if (!lens_stored) store_lens<true>(index, SlotLens{k.len, value.len});
+        store_value_words(index, value, &k.w[0]);
+        return;
+      }
+    }
+#endif
+    store_key<kFromL2>(index, k, value.len, lens_stored);
     store_value_words(index, value);
   }
   // The lengths and key of a slot nobody else reads; its value's words follow (CopyValues).
@@ -263,7 +283,9 @@ GPUKV_UNROLL
   // path: with the header and key stored apart (two 8-byte stores the compiler had placed in different
   // blocks), the host tier's inserts wrote 1.5x the host-memory sectors and ran 12% slower (Nsight Compute,
   // bench/RESULTS.md, issue 17, "a line's lengths in a word of their own").
-  GPUKV_HD_INLINE void store_key(std::uint64_t index, const KeyWords& k, std::uint32_t value_len) const {
+  template <bool kFromL2 = false>
+  GPUKV_HD_INLINE void store_key(std::uint64_t index, const KeyWords& k, std::uint32_t value_len,
+                                 bool lens_stored = false) const {
     std::uint64_t* words = key_words_at(index);
     if (len_bits == kBoardLenBits) {
       const std::uint64_t header = std::uint64_t{k.len} | (std::uint64_t{value_len} << 32);
@@ -279,15 +301,23 @@ GPUKV_UNROLL
       }
       return;
     }
-    store_lens(index, SlotLens{k.len, value_len});
+    if (!lens_stored) store_lens<kFromL2>(index, SlotLens{k.len, value_len});
 GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
       if (j < key_words) words[j] = k.w[j];
     }
   }
+  // In a line, a slot's lengths as bits of its line's lengths word (`bits`, in place under `mask`), for a claim
+  // that writes them with its ticket (Board::claim_with_next).
+  GPUKV_HD_INLINE void line_lens_bits(std::uint64_t index, SlotLens l, std::uint64_t& mask, std::uint64_t& bits) const {
+    const std::uint32_t shift = static_cast<std::uint32_t>(index % Codec::kPerWord) * lens_stride * 8;
+    mask = ((std::uint64_t{1} << (2 * len_bits)) - 1) << shift;
+    bits = (std::uint64_t{l.key} | (std::uint64_t{l.value} << len_bits)) << shift;
+  }
   // Both lengths of a slot nobody else reads (a key clean-up re-places). In a line, only this slot's bytes
   // of the lengths word: other threads fill their slots of the line meanwhile. A board slot's header is the
   // word before its key.
+  template <bool kFromL2 = false>
   GPUKV_HD_INLINE void store_lens(std::uint64_t index, SlotLens l) const {
     if (len_bits == kBoardLenBits) {
       key_words_at(index)[-1] = std::uint64_t{l.key} | (std::uint64_t{l.value} << 32);
@@ -296,13 +326,18 @@ GPUKV_UNROLL
     std::uint8_t* p = lens_at(index);
     if (len_bits == 8) {
 #if defined(__CUDA_ARCH__)
-      *reinterpret_cast<std::uint16_t*>(p) = static_cast<std::uint16_t>(l.key | (l.value << 8));  // one store
+      const auto both = static_cast<std::uint16_t>(l.key | (l.value << 8));  // one store
+      if constexpr (kFromL2) {
+        asm volatile("st.relaxed.gpu.global.u16 [%0], %1;" ::"l"(p), "h"(both) : "memory");
+      } else {
+        *reinterpret_cast<std::uint16_t*>(p) = both;
+      }
 #else
       store_len_byte(p, static_cast<std::uint8_t>(l.key));
       store_len_byte(p + 1, static_cast<std::uint8_t>(l.value));
 #endif
     } else {
-      store_len_byte(p, static_cast<std::uint8_t>(l.key | (l.value << 4)));
+      store_len_byte<kFromL2>(p, static_cast<std::uint8_t>(l.key | (l.value << 4)));
     }
   }
   // Changes the value length of a slot whose key (of `key_len` bytes) only this thread may change, leaving
@@ -311,14 +346,15 @@ GPUKV_UNROLL
   // which load the header just before, ran 1.28x with this store than with the same store addressed from
   // the key (runs 176-179 in bench/RESULTS.md, issue 17, "a line's lengths in a word of their own"; why the
   // generated code differs so is not found).
+  template <bool kFromL2 = false>
   GPUKV_HD_INLINE void store_value_len(std::uint64_t index, std::uint32_t value_len, std::uint32_t key_len) const {
     std::uint8_t* p = lens_at(index);
     if (len_bits == kBoardLenBits) {
       reinterpret_cast<std::uint32_t*>(p)[1] = value_len;
     } else if (len_bits == 8) {
-      store_len_byte(p + 1, static_cast<std::uint8_t>(value_len));
+      store_len_byte<kFromL2>(p + 1, static_cast<std::uint8_t>(value_len));
     } else {
-      store_len_byte(p, static_cast<std::uint8_t>(key_len | (value_len << 4)));
+      store_len_byte<kFromL2>(p, static_cast<std::uint8_t>(key_len | (value_len << 4)));
     }
   }
   // Words of a value, with the stored value's zeros past its length to the end of its last sector: how
@@ -333,9 +369,9 @@ GPUKV_UNROLL
   GPUKV_HD_INLINE std::uint32_t data_bytes() const { return key_words * 8 + value_stride; }
 
   // Replaces the value of a slot whose key (of `key_len` bytes) only this thread may change.
-  template <class Value>
+  template <bool kFromL2 = false, class Value>
   GPUKV_HD_INLINE void store_value(std::uint64_t index, const Value& value, std::uint32_t key_len) const {
-    store_value_len(index, value.len, key_len);
+    store_value_len<kFromL2>(index, value.len, key_len);
     store_value_words(index, value);
   }
 
@@ -369,13 +405,19 @@ GPUKV_UNROLL
                     static_cast<std::uint32_t>((word >> (shift + len_bits)) & mask)};
   }
   // A byte of a line's lengths word. On the host, a relaxed atomic: other threads write their own slots'
-  // bytes of the word, and an overwrite rewrites the byte whose key nibble a compare reads.
+  // bytes of the word, and an overwrite rewrites the byte whose key nibble a compare reads. On the GPU, a
+  // relaxed store where a claim's 16-byte CAS may cover the word meanwhile (kFromL2, above).
   GPUKV_HD_INLINE static std::uint32_t host_load_len_byte(const std::uint8_t* p) {
     return atomic_ref<std::uint8_t>(*const_cast<std::uint8_t*>(p)).load(memory_order_relaxed);
   }
+  template <bool kFromL2 = false>
   GPUKV_HD_INLINE static void store_len_byte(std::uint8_t* p, std::uint8_t v) {
 #if defined(__CUDA_ARCH__)
-    *p = v;
+    if constexpr (kFromL2) {
+      asm volatile("st.relaxed.gpu.global.u8 [%0], %1;" ::"l"(p), "r"(static_cast<std::uint32_t>(v)) : "memory");
+    } else {
+      *p = v;
+    }
 #else
     atomic_ref<std::uint8_t>(*p).store(v, memory_order_relaxed);
 #endif
@@ -384,8 +426,9 @@ GPUKV_UNROLL
   // `value` has len and word(j) (a ValueIn). The value's words, then zeros to the end of the last sector
   // touched (stored_value_words), or of the slot where it ends first (a packed slot of the line layout); in
   // pairs of words from the first 16-byte boundary (store_pair).
+  // `key`: a one-word key whose slot starts a 16-byte pair, stored with the value's first word (store_new).
   template <class Value>
-  GPUKV_HD_INLINE void store_value_words(std::uint64_t index, const Value& value) const {
+  GPUKV_HD_INLINE void store_value_words(std::uint64_t index, const Value& value, const std::uint64_t* key = nullptr) const {
     std::uint64_t* out = value_words_at(index);
     const std::uint32_t words = (value.len + 7) / 8;
     const std::uint64_t last_mask = byte_mask(value.len % 8 == 0 ? 8 : value.len % 8);
@@ -394,7 +437,10 @@ GPUKV_UNROLL
     };
     const std::uint32_t total = stored_value_words(value.len);
     std::uint32_t j = 0;
-    if (total != 0 && !pair_aligned(out)) {
+    if (key != nullptr) {  // the value does not start a pair: its key does
+      store_pair(out - 1, *key, word(0));
+      j = 1;
+    } else if (total != 0 && !pair_aligned(out)) {
       out[0] = word(0);
       j = 1;
     }

@@ -132,6 +132,33 @@ struct Board {
            atomic_ref<std::uint64_t>(*at(word)).compare_exchange_strong(seen, desired, memory_order_relaxed);
   }
 
+#if defined(__CUDA_ARCH__)
+  // claim() that also sets bits of the word after the ticket word (a line's lengths word: the new slot's
+  // lengths, so that no store of its own follows), in one 16-byte CAS of both words. `seen_next` is the
+  // caller's latest view of that word; both views are refreshed when the CAS fails. Only the bits in
+  // `next_mask` change, to `next_bits`: other threads' lengths in the word stay as the CAS finds them.
+  GPUKV_HD_INLINE bool claim_with_next(std::uint64_t word, int field, std::uint64_t& seen, std::uint64_t& seen_next,
+                                       std::uint64_t next_mask, std::uint64_t next_bits,
+                                       std::uint64_t to = Codec::kBusy) const {
+    const int shift = field * Bits;
+    const std::uint64_t code = (seen >> shift) & Codec::kFieldMask;
+    if (code != Codec::kEmpty && code != Codec::kTombstone) return false;
+    const std::uint64_t desired = (seen & ~(Codec::kFieldMask << shift)) | (to << shift);
+    const std::uint64_t desired_next = (seen_next & ~next_mask) | next_bits;
+    std::uint64_t now, now_next;
+    asm volatile(
+        "{\n\t.reg .b128 d, b, c;\n\tmov.b128 b, {%2, %3};\n\tmov.b128 c, {%4, %5};\n\t"
+        "atom.relaxed.gpu.global.cas.b128 d, [%6], b, c;\n\tmov.b128 {%0, %1}, d;\n\t}"
+        : "=l"(now), "=l"(now_next)
+        : "l"(seen), "l"(seen_next), "l"(desired), "l"(desired_next), "l"(at(word))
+        : "memory");
+    const bool claimed = now == seen && now_next == seen_next;
+    seen = now;
+    seen_next = now_next;
+    return claimed;
+  }
+#endif
+
   // Turns the BUSY ticket of a slot this thread has just filled into FULL `code`. Release: the slot's bytes
   // are visible before the ticket that lets other lookups read them.
   GPUKV_HD_INLINE void publish(std::uint64_t word, int field, std::uint64_t code) const {
