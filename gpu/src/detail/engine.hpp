@@ -97,7 +97,7 @@ struct LensClaim {
 // whose board word the caller saw as `tickets`, setting it to `to` (BUSY unless the caller owns the step:
 // see TicketBoard::claim). Returns false if none is left. A reused tombstone is subtracted from `tombstones`.
 // `lens` (a line on the GPU, or null): the slot's lengths, written with the ticket if `lens->wanted` (the
-// caller saw `unit`'s lengths word); `lens->stored` says whether they were.
+// caller saw `unit`'s lengths word) and the GPU has a 16-byte CAS; `lens->stored` says whether they were.
 template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
                            std::uint64_t tickets, std::uint64_t& slot, Count& tombstones,
@@ -108,7 +108,7 @@ GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe
     const std::uint64_t word = t.word_of(unit);
     const std::uint64_t lanes = t.lanes_of(unit);
     if (probe != first_probe) {
-#if defined(__CUDA_ARCH__)
+#if GPUKV_CLAIM_WITH_NEXT
       if (lens != nullptr && lens->wanted) {
         t.board.template load_with_next<false>(word, tickets, lens->word);
       } else {
@@ -122,7 +122,7 @@ GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe
       const int field = Codec::field_of(open);
       const std::uint64_t code = Codec::field_code(tickets, field);
       bool claimed;
-#if defined(__CUDA_ARCH__)
+#if GPUKV_CLAIM_WITH_NEXT
       if (lens != nullptr && lens->wanted) {
         std::uint64_t mask, bits;
         t.line_lens_bits(Ref::slot_of(word, field), lens->lens, mask, bits);

@@ -25,6 +25,14 @@
 
 #include "hd.hpp"
 
+// Board::claim_with_next: a 16-byte CAS, which the GPU has from sm_90 on. Code built for an earlier GPU
+// claims a ticket alone and stores the lengths after it.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GPUKV_CLAIM_WITH_NEXT 1
+#else
+#define GPUKV_CLAIM_WITH_NEXT 0
+#endif
+
 namespace gpukv::detail {
 
 template <int Bits>
@@ -132,7 +140,7 @@ struct Board {
            atomic_ref<std::uint64_t>(*at(word)).compare_exchange_strong(seen, desired, memory_order_relaxed);
   }
 
-#if defined(__CUDA_ARCH__)
+#if GPUKV_CLAIM_WITH_NEXT
   // claim() that also sets bits of the word after the ticket word (a line's lengths word: the new slot's
   // lengths, so that no store of its own follows), in one 16-byte CAS of both words. `seen_next` is the
   // caller's latest view of that word; both views are refreshed when the CAS fails. Only the bits in
