@@ -368,11 +368,17 @@ GPUKV_UNROLL
   // Bytes of a slot's key and value: what clean-up moves, behind a word of lengths (CleanupExtract).
   GPUKV_HD_INLINE std::uint32_t data_bytes() const { return key_words * 8 + value_stride; }
 
-  // Replaces the value of a slot whose key (of `key_len` bytes) only this thread may change.
+  // Replaces the value of a slot whose key (of `key_len` bytes) only this thread may change. `store_len`
+  // false: the slot holds a value of this length already.
   template <bool kFromL2 = false, class Value>
-  GPUKV_HD_INLINE void store_value(std::uint64_t index, const Value& value, std::uint32_t key_len) const {
-    store_value_len<kFromL2>(index, value.len, key_len);
+  GPUKV_HD_INLINE void store_value(std::uint64_t index, const Value& value, std::uint32_t key_len,
+                                   bool store_len = true) const {
+    if (store_len) store_value_len<kFromL2>(index, value.len, key_len);
     store_value_words(index, value);
+  }
+  // A line slot's value length out of its line's lengths word (`lens_word`, loaded with the tickets).
+  GPUKV_HD_INLINE std::uint32_t line_value_len(std::uint64_t lens_word, std::uint64_t index) const {
+    return line_lens(lens_word, index).value;
   }
 
  private:
