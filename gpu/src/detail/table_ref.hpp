@@ -255,8 +255,7 @@ GPUKV_UNROLL
   // Board::claim_with_next). Their stores of lengths are then relaxed (a CAS is atomic only against the
   // strong accesses it races with), and a line slot of a one-word key is stored with its value's first word
   // in one 16-byte store. Every other kernel keeps the plain stores, and none of this code: with it, the
-  // board's clStash kernel took 1100 instructions more (its mixed passes 2% slower at load 0.9), and the
-  // line's Stash kernel, which also runs the GETs of passes of 65536 ops, lost 5-13% on them.
+  // board's clStash kernel took 1100 instructions more, and its mixed passes ran 2% slower at load 0.9.
 
   // Fills a slot nobody else reads (its ticket is BUSY): lengths, key and value, with zeros to the end of the
   // value's last sector so that every sector written is written whole. `lens_stored`: the slot's lengths are
