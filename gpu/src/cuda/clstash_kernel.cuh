@@ -51,8 +51,11 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
   // Advances this lane's walk by one unit; applies the op when the walk ends.
   const auto advance = [&] {
     if (walking && f.template step<kWalk>(w.probe, tally)) {
-      // The op is loaded only now: carrying it on the shelf would cost shared memory and registers.
-      f.template finish<kWalk>(w.op, w.probe, load_op(f.e.batch, w.op), tally);
+      // The op is loaded only now: carrying it on the shelf would cost shared memory and registers. Its
+      // deletes leave their slots to FinishPass even in a pass without PUTs (Engine::commit's kSettles): the
+      // test moved this kernel's registers (80, its cap) about and cost mixed passes 1.3% on a board (run 243),
+      // and a pass of deletes alone runs in the Stash kernel.
+      f.template finish<kWalk, false>(w.op, w.probe, load_op(f.e.batch, w.op), tally);
       walking = false;
     }
   };

@@ -81,10 +81,10 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
       groups[i] = make_uint4(0, 0, 0, 0);
     }
   }
-  // StartPass's count, added to the counters where this kernel does StartPass's work (the steps after it read
-  // it: read_only, the lane schedule). A 32-bit count rather than a Tally's, which would take the kernel past
-  // 64 registers.
-  std::uint32_t writes = 0;
+  // StartPass's counts (write_counts), added to the counters where this kernel does StartPass's work (the
+  // steps after it read them: read_only, the lane schedule, a delete's settling). A 32-bit word rather than a
+  // Tally's counts, which would take the kernel past 64 registers; a thread counts at most 2^22 / 512 ops.
+  std::uint32_t counts = 0;
   const std::uint32_t bins = std::uint32_t{1} << runs.bin_bits;
   const std::uint32_t bin_of_thread = threadIdx.x;  // past the last bin: none
   for (std::uint64_t tile = std::uint64_t{blockIdx.x} * kScatterTile; tile < n;
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
       KeyWords k;
       key[j] = op < n && grouped_key(e, op, k) ? bin_key(hash_key(k, e.table.key_words), op, runs.bin_bits) : kNoBinKey;
       if (key[j] != kNoBinKey) {
-        writes += e.batch.ops[op] != static_cast<std::uint8_t>(OpKind::kGet);
+        counts += write_counts(e.batch.ops[op]);
         e.pass.group_of[op] = kUngrouped;
         place[j] = atomicAdd(&tile_count[runs.bin_of(key[j])], 1u);
       }
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
   }
   if (starts_pass) {
     Tally tally;
-    tally.writes = writes;
+    add_write_counts(counts, tally);
     flush_tally(tally, counters);
   }
 }

@@ -37,6 +37,8 @@ template <class F>
 constexpr int min_blocks() {
   if constexpr (requires { F::kProbes; }) {
     return GPUKV_PROBE_MIN_BLOCKS;
+  } else if constexpr (requires { F::kMinBlocks; }) {
+    return F::kMinBlocks;
   } else {
     return 1;
   }

@@ -94,6 +94,9 @@ struct Counters {
   unsigned long long checked;    // reserve each new key against max_items (the pass may fill the device tier)
   unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too
   unsigned long long start_items;  // `items` (which the pass's probing step changes as it runs)
+  // This pass: valid PUT and PUT_IF_ABSENT ops, the ops that may claim a slot (StartPass, BinScatter). In a
+  // pass with none, a delete settles its slot at once (Engine::commit).
+  unsigned long long puts;
 };
 
 // What one thread changed, summed over its share of a pass and added to the Counters once.
@@ -102,6 +105,7 @@ struct Tally {
   long long tombstones = 0;
   long long pending = 0;
   long long writes = 0;
+  long long puts = 0;
   long long joined = 0;
   long long found = 0;
   // The host tier's, 32-bit: a thread's share of one kernel stays far below 2^31, and the probing kernels
@@ -123,6 +127,7 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
   add(t.tombstones, &c->tombstones);
   add(t.pending, &c->pending);
   add(t.writes, &c->writes);
+  add(t.puts, &c->puts);
   add(t.joined, &c->joined);
   add(t.found, &c->found);
   add(t.host_items, &c->host_items);

@@ -30,7 +30,8 @@
 //    TableRef::key_equals why a line's compares must then read from L2). Any other new slot, and one whose
 //    value CopyValues writes later, stays BUSY until FinishPass publishes it after the pass. A deleted slot
 //    stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while a
-//    reader that saw its old FULL ticket compares against it. An overwrite rewrites only the value, which
+//    reader that saw its old FULL ticket compares against it; in a pass without PUTs, which claims no slot,
+//    it becomes a TOMBSTONE at once (commit). An overwrite rewrites only the value, which
 //    only the key's own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend,
 //    by the thread pool's join at the end of each step).
 #pragma once
@@ -397,7 +398,8 @@ struct Engine {
   // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
   // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
   // registers are tight. kWalk: the walk's (step), which says whether a new key may be published now.
-  template <bool kWithHost, Walk kWalk = Walk::kAny, class Ops>
+  // kSettles: commit's.
+  template <bool kWithHost, Walk kWalk = Walk::kAny, bool kSettles = true, class Ops>
   GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
     if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
@@ -471,11 +473,11 @@ struct Engine {
       }
     }
 
-    // Commit: the final state of the key reaches the table once. A deleted slot, and a new one that is not
-    // published at once (see the invariants above), stays BUSY until FinishPass sets the code recorded here.
+    // Commit: the final state of the key reaches the table once. A deleted slot and a new one that are not
+    // settled at once (see the invariants above) stay BUSY until FinishPass sets the code recorded here.
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
-      pending = commit<true, Walk::kAny>(host, p, slot, claimed, present, written, value, tally);
+      pending = commit<true, Walk::kAny, kSettles>(host, p, slot, claimed, present, written, value, tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
       table.template store_key<kWalk == Walk::kLineFromL2>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
@@ -484,7 +486,7 @@ struct Engine {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
       pending = kPendingOverwrite | (slot << 8);
     } else {
-      pending = commit<false, kWalk>(table, p, slot, claimed, present, written, value, tally,
+      pending = commit<false, kWalk, kSettles>(table, p, slot, claimed, present, written, value, tally,
                                      kLensInClaim && lens_claim.stored);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
@@ -496,8 +498,9 @@ struct Engine {
   }
 
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()). `lens_stored`: the
-  // claim wrote the new slot's lengths.
-  template <bool kHost, Walk kWalk>
+  // claim wrote the new slot's lengths. kSettles: a delete in a pass without PUTs makes its slot a TOMBSTONE
+  // at once (false: its caller leaves every deleted slot to FinishPass).
+  template <bool kHost, Walk kWalk, bool kSettles = true>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
                                        bool written, const ValueIn& value, Tally& tally, bool lens_stored = false) const {
     const auto forget = [&] {  // the key's slot becomes a tombstone
@@ -533,8 +536,14 @@ struct Engine {
     }
     if (!p.at.hit) return kNothingPending;
     if (!present) {
-      t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code, Codec::kBusy);
-      return forget();
+      // A pass without PUTs claims no slot, so none can reuse this one while a reader still compares against
+      // it (see the invariants above): it becomes a TOMBSTONE at once, and FinishPass, which would touch its
+      // line again from DRAM, has nothing to do for it.
+      const bool settle = kSettles && pass.counters->puts == 0;
+      t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code,
+                   settle ? Codec::kTombstone : Codec::kBusy);
+      const std::uint64_t pending = forget();
+      return settle ? kNothingPending : pending;
     }
     if (written) {
       // In a line, the walk loaded the slot's lengths with its ticket (p.words): a value of the length the slot

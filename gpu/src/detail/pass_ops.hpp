@@ -69,6 +69,7 @@ struct BeginPass {
     c.host_live = c.host_items != 0;
     c.start_items = c.items;
     c.writes = 0;
+    c.puts = 0;
     c.joined = 0;
     c.malformed = 0;
     c.group_overflow = 0;
@@ -76,6 +77,17 @@ struct BeginPass {
     c.pending = 0;
   }
 };
+
+// A pass's counts of its valid writes (Counters::writes and Counters::puts) as one 32-bit word that an op of
+// each kind adds to: writes in the low 16 bits, deletes above. One register where two counts took StartPass's
+// GPU kernel from 40 registers to 47; a word sums at most 2^16 - 1 ops.
+GPUKV_HD_INLINE std::uint32_t write_counts(std::uint8_t kind) {
+  return kind == static_cast<std::uint8_t>(OpKind::kGet) ? 0u : kind == static_cast<std::uint8_t>(OpKind::kDelete) ? 0x10001u : 1u;
+}
+GPUKV_HD_INLINE void add_write_counts(std::uint32_t counts, Tally& tally) {
+  tally.writes += counts & 0xFFFF;
+  tally.puts += (counts & 0xFFFF) - (counts >> 16);
+}
 
 // Clears the grouping-table entries the last pass with writes left (BeginPass says how many) and counts the
 // pass's valid writes (PUT, PUT_IF_ABSENT, DELETE), before any other step: the lane schedule depends on the
@@ -86,6 +98,10 @@ struct BeginPass {
 struct StartPass {
   static constexpr const char* kName = "StartPass";
   static constexpr std::uint64_t kChunk = 16;
+  // The GPU kernel's blocks an SM: 40 registers, no spills, where it took 42 and 5 blocks once it counted
+  // PUTs too (Counters::puts). Its items wait on their kinds' loads, so residency sets its pace (at 4 blocks,
+  // 9% longer a pass of finds: bench/RESULTS.md, run 241).
+  static constexpr int kMinBlocks = 6;
   BatchRef batch;
   std::uint32_t* groups;
   const Counters* counters;
@@ -107,12 +123,12 @@ GPUKV_UNROLL
     for (std::uint64_t j = 0; j < kChunk; ++j) {
       kinds[j] = first + j < batch.size ? batch.ops[first + j] : static_cast<std::uint8_t>(OpKind::kGet);
     }
-    long long writes = 0;
+    std::uint32_t counts = 0;
 GPUKV_UNROLL
     for (std::uint64_t j = 0; j < kChunk; ++j) {
-      writes += kinds[j] != static_cast<std::uint8_t>(OpKind::kGet) && batch.valid(first + j);
+      if (kinds[j] != static_cast<std::uint8_t>(OpKind::kGet) && batch.valid(first + j)) counts += write_counts(kinds[j]);
     }
-    tally.writes += writes;
+    add_write_counts(counts, tally);
   }
 };
 
@@ -271,12 +287,12 @@ struct ExecuteOp {
   }
   GPUKV_HD_INLINE bool compares_in_l2() const { return e.compares_in_l2(); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
-  // kWalk: the walk's (step).
-  template <Walk kWalk = Walk::kAny>
+  // kWalk: the walk's (step). kSettles: as Engine::commit's.
+  template <Walk kWalk = Walk::kAny, bool kSettles = true>
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
     if constexpr (kWithHost) {
-      e.template apply<true, kWalk>(p, OneOp{op, in}, tally);
-    } else if (defer_to_host(p, in) || !e.template apply<false, kWalk>(p, OneOp{op, in}, tally)) {
+      e.template apply<true, kWalk, kSettles>(p, OneOp{op, in}, tally);
+    } else if (defer_to_host(p, in) || !e.template apply<false, kWalk, kSettles>(p, OneOp{op, in}, tally)) {
       // Its host address is added by HostQueueKey: computing it here would cost the probing kernels registers.
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     }
