@@ -100,7 +100,7 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
     }
     // Write-heavy while filling, delete-heavy while draining; some of everything, but for the batches of
     // writes alone that write_batches asks for, and every fourth batch while draining, which has no PUT of
-    // either kind (its deletes settle their slots in their pass: Engine::commit).
+    // either kind (on the GPU its deletes settle their slots in their pass: Engine::commit).
     const bool writes_only = c.write_batches && batch_no % 6 < 3;
     const bool no_puts = !filling && batch_no % 4 == 3;
     const double put = no_puts ? 0.0 : writes_only ? 0.85 : filling ? 0.55 : 0.20, pia = no_puts ? 0.0 : 0.10,

@@ -95,7 +95,7 @@ struct Counters {
   unsigned long long host_live;  // the host tier holds keys, so lookups must walk it too
   unsigned long long start_items;  // `items` (which the pass's probing step changes as it runs)
   // This pass: valid PUT and PUT_IF_ABSENT ops, the ops that may claim a slot (StartPass, BinScatter). In a
-  // pass with none, a delete settles its slot at once (Engine::commit).
+  // pass with none, a delete on the GPU settles its slot at once (Engine::commit).
   unsigned long long puts;
 };
 

@@ -30,8 +30,8 @@
 //    TableRef::key_equals why a line's compares must then read from L2). Any other new slot, and one whose
 //    value CopyValues writes later, stays BUSY until FinishPass publishes it after the pass. A deleted slot
 //    stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while a
-//    reader that saw its old FULL ticket compares against it; in a pass without PUTs, which claims no slot,
-//    it becomes a TOMBSTONE at once (commit). An overwrite rewrites only the value, which
+//    reader that saw its old FULL ticket compares against it; on the GPU, in a pass without PUTs, which claims
+//    no slot, it becomes a TOMBSTONE at once (commit). An overwrite rewrites only the value, which
 //    only the key's own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend,
 //    by the thread pool's join at the end of each step).
 #pragma once
@@ -538,8 +538,14 @@ struct Engine {
     if (!present) {
       // A pass without PUTs claims no slot, so none can reuse this one while a reader still compares against
       // it (see the invariants above): it becomes a TOMBSTONE at once, and FinishPass, which would touch its
-      // line again from DRAM, has nothing to do for it.
+      // line again from DRAM, has nothing to do for it. GPU code only, as the publish above: on the CPU
+      // backend the test, though never taken by a lookup, cost its finds and mixed batches 4-6% (2-core VM,
+      // bench/results/2026-11-26-vm-cpu-table-ab-deletes-settle-on-cpu-not-kept.log).
+#if defined(__CUDA_ARCH__)
       const bool settle = kSettles && pass.counters->puts == 0;
+#else
+      constexpr bool settle = false;
+#endif
       t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code,
                    settle ? Codec::kTombstone : Codec::kBusy);
       const std::uint64_t pending = forget();

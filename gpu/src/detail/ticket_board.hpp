@@ -6,8 +6,8 @@
 //
 //   0        EMPTY      never used since the last clean-up; a lookup that meets one stops
 //   1        BUSY       claimed or deleted in the current pass and not yet settled: a new key's slot until
-//                       its writer publishes it, a deleted one until the pass ends (in a pass that may
-//                       claim slots: Engine::commit); lookups pass over
+//                       its writer publishes it, a deleted one until the pass ends (on the GPU, only in
+//                       a pass that may claim slots: Engine::commit); lookups pass over
 //                       it and inserts may not take it (the Stash access bit)
 //   2        TOMBSTONE  deleted in an earlier pass; lookups pass over it, inserts reuse it
 //   3..2^B-1 FULL       holds a key whose info code is this value (2^B - 3 codes: 1, 13 or 253)
