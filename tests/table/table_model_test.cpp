@@ -1,8 +1,8 @@
 // The table against std::unordered_map over long random mixed sequences: inserts, overwrites,
-// PUT_IF_ABSENT, deletes and re-inserts, batches without PUTs, hot keys repeated inside one batch, fills up to the maximum load
-// factor and past it (kFull), across key widths, value widths, ticket sizes, probing schemes, slot layouts
-// and backends, with one tier and with a host tier that the device tier spills into. Now and then the table is read out
-// whole (export_items, a snapshot's source) and compared with the model.
+// PUT_IF_ABSENT, deletes and re-inserts, batches without PUTs, hot keys repeated inside one batch, fills up
+// to the maximum load factor and past it (kFull), across key widths, value widths, ticket sizes, probing
+// schemes, slot layouts and backends, with one tier and with a host tier that the device tier spills into.
+// Now and then the table is read out whole (export_items, a snapshot's source) and compared with the model.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -487,7 +487,7 @@ struct Engine {
       pending = kPendingOverwrite | (slot << 8);
     } else {
       pending = commit<false, kWalk, kSettles>(table, p, slot, claimed, present, written, value, tally,
-                                     kLensInClaim && lens_claim.stored);
+                                               kLensInClaim && lens_claim.stored);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (any && pending != kNothingPending) {
