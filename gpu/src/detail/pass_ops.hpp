@@ -100,7 +100,7 @@ struct StartPass {
   static constexpr std::uint64_t kChunk = 16;
   // The GPU kernel's blocks an SM: 40 registers, no spills, where it took 42 and 5 blocks once it counted
   // PUTs too (Counters::puts). Its items wait on their kinds' loads, so residency sets its pace (at 4 blocks,
-  // 9% longer a pass of finds: bench/RESULTS.md, run 241).
+  // the step took 9% longer in a pass of finds: bench/RESULTS.md, run 241).
   static constexpr int kMinBlocks = 6;
   BatchRef batch;
   std::uint32_t* groups;
