@@ -77,7 +77,7 @@ struct Counters {
   unsigned long long pending;     // this pass: BUSY tickets that FinishPass must settle, and GETs left to CopyValues
   unsigned long long writes;      // this pass: valid PUT, PUT_IF_ABSENT and DELETE ops (StartPass, BinScatter)
   unsigned long long joined;      // this pass: ops that found their grouping entry taken (GroupOp, GroupBins)
-  unsigned long long malformed;   // this pass: ops grouping answered kInvalid (grouped_key)
+  unsigned long long malformed;   // this pass: ops grouping answered kInvalid (refuse_malformed)
   unsigned long long group_overflow;  // this pass: a bin's ops did not fit its run (GroupBins), and are grouped apart
   unsigned long long found;       // this pass: GETs of a pass without writes that found their key (the GPU's lookup kernel)
   unsigned long long host_queued;  // this pass: ops left to the host phase

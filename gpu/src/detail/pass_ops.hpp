@@ -137,21 +137,35 @@ GPUKV_UNROLL
 // (their walks share cache lines), and ExecuteOp validates it itself: GroupOp and group_of are not used.
 GPUKV_HD_INLINE bool read_only(const PassRef& pass) { return pass.counters->writes == 0; }
 
-// A valid op's key, for grouping; a malformed op is answered kInvalid (its group kNoGroup), counted (an
-// atomic of its own: malformed ops are rare, and a count in the tally would cost the probing kernels a
-// register) and yields none.
-// The op's row (kind, key length, value length) and its key are loaded before any of them is tested, so that
-// one memory round trip brings them all: tested in turn (valid(), then the key), they took four round trips
-// before the grouping CAS, and GroupOp ran 7% slower, writes 2% (H100, run 152).
+// An op's row as grouping reads it: kind, key and value length, loaded before any of them is tested, so that
+// one memory round trip brings them all (tested in turn, valid() and then the key, they took four round
+// trips before the grouping CAS, and GroupOp ran 7% slower, writes 2%: H100, run 152).
+struct OpRow {
+  std::uint8_t kind;
+  KeyWords key;
+  std::uint32_t value_len;  // 0 where the batch has no value lengths
+};
 template <class Ref>
-GPUKV_HD_INLINE bool grouped_key(const Engine<Ref>& e, std::uint64_t op, KeyWords& key) {
-  const std::uint8_t kind = e.batch.ops[op];
-  key = batch_key(e.table, e.batch, op);
-  const std::uint32_t value_len = e.batch.value_lens != nullptr ? e.batch.value_lens[op] : 0;
-  if (e.batch.valid_row(kind, key.len, value_len)) return true;
+GPUKV_HD_INLINE OpRow load_row(const Engine<Ref>& e, std::uint64_t op) {
+  return OpRow{e.batch.ops[op], batch_key(e.table, e.batch, op), e.batch.value_lens != nullptr ? e.batch.value_lens[op] : 0};
+}
+
+// Answers a malformed op kInvalid (its group kNoGroup) and counts it (an atomic of its own: malformed ops are
+// rare, and a count in the tally would cost the probing kernels a register).
+template <class Ref>
+GPUKV_HD_INLINE void refuse_malformed(const Engine<Ref>& e, std::uint64_t op) {
   e.batch.set_status(op, OpStatus::kInvalid);
   e.pass.group_of[op] = kNoGroup;
   atomic_ref<unsigned long long>(e.pass.counters->malformed).fetch_add(1, memory_order_relaxed);
+}
+
+// A valid op's key, for grouping; a malformed op is refused and yields none.
+template <class Ref>
+GPUKV_HD_INLINE bool grouped_key(const Engine<Ref>& e, std::uint64_t op, KeyWords& key) {
+  const OpRow row = load_row(e, op);
+  key = row.key;
+  if (e.batch.valid_row(row.kind, row.key.len, row.value_len)) return true;
+  refuse_malformed(e, op);
   return false;
 }
 
