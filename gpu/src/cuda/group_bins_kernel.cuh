@@ -202,7 +202,9 @@ __global__ void __launch_bounds__(kBinThreads) group_bins_kernel(Engine<Ref> e, 
   // in one load. Its taken entries are a prefix (a key takes the first empty entry it sees, and entries are
   // never cleared in a pass), so the key joins an entry whose tag bits match and whose key is the same, or
   // takes the first empty entry with a CAS. Returns kEntered, kNextBucket (the bucket is full), or
-  // kSameBucket (another key took that entry first: look again).
+  // kSameBucket (another op took that entry first, maybe one of the same key: look again). A stale or torn
+  // load can only show taken entries as empty; its CAS then lands on a taken entry and fails, or on the first
+  // empty one, so the taken entries stay a prefix.
   enum Probed { kEntered, kNextBucket, kSameBucket };
   const auto probe = [&](std::uint64_t key, std::uint32_t index, std::uint32_t first) {
     const std::uint64_t op = key & kBinOpMask;
