@@ -53,6 +53,7 @@ const char* to_string(LaneMode mode) {
     case LaneMode::kAuto: return "auto";
     case LaneMode::kStash: return "stash";
     case LaneMode::kClStash: return "clstash";
+    case LaneMode::kSplit: return "split";
   }
   return "unknown";
 }

@@ -212,8 +212,9 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
     lined(writes);
   }
   if (backend == BackendKind::kGpu) {
-    // Both lane schedules of the GPU's probing kernel, each on its own for the whole sequence.
-    for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash}) {
+    // Each lane schedule of the GPU's probing step on its own for the whole sequence (kSplit: every mixed pass
+    // split by kind, whatever its size and layout).
+    for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash, LaneMode::kSplit}) {
       v.push_back({backend, 8, 8, 8, Probing::kGroup, 20000, ops(500000), 1 << 20, 0, 0.95, lanes});
       v.push_back({backend, 16, 128, 4, Probing::kSingle, 4000, ops(200000), 1 << 20, 0, 0.95, lanes});
       v.push_back({backend, 32, 8, 2, Probing::kGroup, 4000, ops(200000), 1 << 20, 0, 1.0, lanes});

@@ -52,10 +52,10 @@ __device__ void clstash_execute(std::uint64_t n, const ExecuteOp<Ref>& f, Tally&
   const auto advance = [&] {
     if (walking && f.template step<kWalk>(w.probe, tally)) {
       // The op is loaded only now: carrying it on the shelf would cost shared memory and registers. Its
-      // deletes leave their slots to FinishPass even in a pass without PUTs (Engine::commit's kSettles): the
+      // deletes leave their slots to FinishPass even in a pass without PUTs (Settle::kAtEnd): the
       // test moved this kernel's registers (80, its cap) about and cost mixed passes 1.3% on a board (run 243),
       // and a pass of deletes alone runs in the Stash kernel.
-      f.template finish<kWalk, false>(w.op, w.probe, load_op(f.e.batch, w.op), tally);
+      f.template finish<kWalk, Settle::kAtEnd>(w.op, w.probe, load_op(f.e.batch, w.op), tally);
       walking = false;
     }
   };

@@ -90,6 +90,12 @@ class CudaExecutor {
     // in a smaller one (the service's batches) more resident blocks change nothing.
     const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, kWalk>>(sm_count_));
     policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && needed > stash_grid;
+    // Under kAuto, only a pass larger than the Stash kernel holds at once, whose values the probing step
+    // copies: in a smaller pass each thread walks one op, and two kernels one after the other are two such
+    // walks end to end (passes of 65536 mixed ops 0.91-0.95x, H100 run 257); where CopyValues copies them
+    // (wide values), clStash measured better (16 B / 128 B mixed 0.97 / 0.99x at loads 0.5 / 0.9, run 259).
+    policy.kinds_apart = policy.kinds_apart &&
+                         (policy.mode == LaneMode::kSplit || (needed > stash_grid && !f.e.pass.copy_later));
     if (policy.lookups) {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks). A line's lookups that are
       // expected to hit fetch their first line whole: a hit's slot may lie in its other 64-byte half, which
@@ -104,9 +110,20 @@ class CudaExecutor {
       }
     }
     if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, kWalk>>(n, f, policy, needed);
-    if (policy.mode != LaneMode::kStash) launch_probing<clstash_kernel<Ref, kWalk>>(n, f, policy, needed);
-    // A line's passes of inserts (Engine::compares_in_l2), if the pass before was one too.
+    if (policy.mode == LaneMode::kAuto || policy.mode == LaneMode::kClStash) {
+      launch_probing<clstash_kernel<Ref, kWalk>>(n, f, policy, needed);
+    }
+    // A mixed pass split by kind (LanePolicy::kinds_apart). A line's PUTs compare from L2, and so publish their
+    // new keys in the pass: with compares through L1, FinishPass publishing them took 0.74 ms per 17 mixed
+    // passes of a line at load 0.5, of the 0.94 it took for clStash's deletes and new keys, and mixed passes
+    // gained 1.4-3.4% where they gain 2.4-6.8% (H100, run 258).
+    if (policy.kinds_apart) {
+      launch_probing<split_kernel<Ref, kWalk, false>>(n, f, policy, needed);
+      constexpr Walk kPutsWalk = kWalk == Walk::kLine ? Walk::kLineFromL2 : kWalk;
+      launch_probing<split_kernel<Ref, kPutsWalk, true>>(n, f, policy, needed);
+    }
     if constexpr (kWalk == Walk::kLine) {
+      // A line's passes of inserts (Engine::compares_in_l2), if the pass before was one too.
       if (f.e.pass.inserts_expected) launch_probing<stash_kernel<Ref, Walk::kLineFromL2>>(n, f, policy, needed);
     }
   }

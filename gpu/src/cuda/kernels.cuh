@@ -76,6 +76,36 @@ __device__ __forceinline__ void grid_stride(std::uint64_t n, const F& f, Tally& 
   for (std::uint64_t i = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride) f(i, tally);
 }
 
+// Runs f(i, tally) for the i in [0, n) that want(i) picks, over the whole grid, 32 at a time in each warp:
+// a warp looks at 32 ops a turn and queues those it picks in shared memory until it holds a warp's worth,
+// so that no lane idles beside another's walk (a mixed pass split by kind, LanePolicy::split).
+template <class Want, class F>
+__device__ __forceinline__ void grid_stride_packed(std::uint64_t n, const Want& want, const F& f, Tally& tally) {
+  constexpr int kWarps = kBlockThreads / 32;
+  __shared__ std::uint32_t queues[kWarps][64];  // a pass's ops fit 32 bits (kMaxPassOps)
+  std::uint32_t* const queue = queues[threadIdx.x / 32];
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned below = (1u << lane) - 1;
+  unsigned queued = 0;  // the same in every lane; below 32 between turns
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * kBlockThreads;
+  for (std::uint64_t base = std::uint64_t{blockIdx.x} * kBlockThreads + threadIdx.x / 32 * 32; base < n; base += stride) {
+    const std::uint64_t op = base + lane;
+    const bool picked = op < n && want(op);
+    const unsigned pick = __ballot_sync(0xFFFFFFFFu, picked);
+    if (picked) queue[queued + __popc(pick & below)] = static_cast<std::uint32_t>(op);
+    queued += __popc(pick);
+    __syncwarp();
+    if (queued >= 32) {
+      queued -= 32;
+      const std::uint32_t mine = queue[queued + lane];
+      __syncwarp();  // read before the next turn writes there
+      f(mine, tally);
+    }
+  }
+  __syncwarp();
+  if (lane < queued) f(queue[lane], tally);
+}
+
 template <class F>
 __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kernel(std::uint64_t n, F f, Counters* counters) {
   wait_for_earlier_kernels();
@@ -106,11 +136,30 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
   wait_for_earlier_kernels();
   constexpr bool kFromL2 = kWalk == Walk::kLineFromL2;
   if (f.idle() || f.compares_in_l2() != kFromL2 ||
-      (!kFromL2 && (policy.collaborative(*counters) || (policy.lookups && read_only(f.e.pass))))) {
+      (!kFromL2 && (policy.collaborative(*counters) || policy.split(*counters) ||
+                    (policy.lookups && read_only(f.e.pass))))) {
     return;
   }
   Tally tally;
   grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run<kWalk>(op, t); }, tally);
+  flush_tally(tally, counters);
+}
+
+// A mixed pass split by kind (LanePolicy::split), in two kernels launched one after the other: the ops other
+// than PUTs (kPuts false), whose deletes settle at once (no PUT runs beside them), then the PUTs, which in a
+// line compare from L2 (kLineFromL2) and so publish their new keys in the pass. Kernels of their own rather
+// than a branch in the Stash kernels: with the packed loop beside the plain one, the kLineFromL2 kernel (a
+// line's inserts) spilled 24 bytes a thread.
+template <class Ref, Walk kWalk, bool kPuts>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
+    split_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
+  wait_for_earlier_kernels();
+  if (f.idle() || !policy.split(*counters)) return;
+  constexpr Settle kSettle = kPuts ? Settle::kWithoutPuts : Settle::kAlways;
+  Tally tally;
+  grid_stride_packed(
+      n, [&f](std::uint64_t op) { return carries_value(f.e.batch.ops[op]) == kPuts; },
+      [&f](std::uint64_t op, Tally& t) { f.template run<kWalk, kSettle>(op, t); }, tally);
   flush_tally(tally, counters);
 }
 

@@ -398,8 +398,8 @@ struct Engine {
   // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
   // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
   // registers are tight. kWalk: the walk's (step), which says whether a new key may be published now.
-  // kSettles: commit's.
-  template <bool kWithHost, Walk kWalk = Walk::kAny, bool kSettles = true, class Ops>
+  // kSettle: commit's.
+  template <bool kWithHost, Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, class Ops>
   GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
     if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
@@ -477,7 +477,7 @@ struct Engine {
     // settled at once (see the invariants above) stay BUSY until FinishPass sets the code recorded here.
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
-      pending = commit<true, Walk::kAny, kSettles>(host, p, slot, claimed, present, written, value, tally);
+      pending = commit<true, Walk::kAny, kSettle>(host, p, slot, claimed, present, written, value, tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
       table.template store_key<kWalk == Walk::kLineFromL2>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
@@ -486,8 +486,8 @@ struct Engine {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
       pending = kPendingOverwrite | (slot << 8);
     } else {
-      pending = commit<false, kWalk, kSettles>(table, p, slot, claimed, present, written, value, tally,
-                                               kLensInClaim && lens_claim.stored);
+      pending = commit<false, kWalk, kSettle>(table, p, slot, claimed, present, written, value, tally,
+                                              kLensInClaim && lens_claim.stored);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (any && pending != kNothingPending) {
@@ -498,9 +498,8 @@ struct Engine {
   }
 
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()). `lens_stored`: the
-  // claim wrote the new slot's lengths. kSettles: a delete in a pass without PUTs makes its slot a TOMBSTONE
-  // at once (false: its caller leaves every deleted slot to FinishPass).
-  template <bool kHost, Walk kWalk, bool kSettles = true>
+  // claim wrote the new slot's lengths. kSettle: when a deleted slot becomes a TOMBSTONE.
+  template <bool kHost, Walk kWalk, Settle kSettle = Settle::kWithoutPuts>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
                                        bool written, const ValueIn& value, Tally& tally, bool lens_stored = false) const {
     const auto forget = [&] {  // the key's slot becomes a tombstone
@@ -536,13 +535,14 @@ struct Engine {
     }
     if (!p.at.hit) return kNothingPending;
     if (!present) {
-      // A pass without PUTs claims no slot, so none can reuse this one while a reader still compares against
-      // it (see the invariants above): it becomes a TOMBSTONE at once, and FinishPass, which would touch its
-      // line again from DRAM, has nothing to do for it. GPU code only, as the publish above: on the CPU
-      // backend the test, though never taken by a lookup, cost its finds and mixed batches 4-6% (2-core VM,
-      // bench/results/2026-11-26-vm-cpu-table-ab-deletes-settle-on-cpu-not-kept.log).
+      // Where no op that may claim a slot runs beside this one (a pass without PUTs, or a kernel that runs a
+      // mixed pass's other ops before its PUTs), none can reuse this slot while a reader still compares
+      // against it (see the invariants above): it becomes a TOMBSTONE at once, and FinishPass, which would
+      // touch its line again from DRAM, has nothing to do for it. GPU code only, as the publish above: on the
+      // CPU backend the test, though never taken by a lookup, cost its finds and mixed batches 4-6% (2-core
+      // VM, bench/results/2026-11-26-vm-cpu-table-ab-deletes-settle-on-cpu-not-kept.log).
 #if defined(__CUDA_ARCH__)
-      const bool settle = kSettles && pass.counters->puts == 0;
+      const bool settle = kSettle == Settle::kAlways || (kSettle == Settle::kWithoutPuts && pass.counters->puts == 0);
 #else
       constexpr bool settle = false;
 #endif

@@ -69,20 +69,38 @@ inline constexpr int kConflictSortBits = 32 + 25;
 // in flight shorten it; when most hit, as many blocks as the Stash kernel runs, because a hit reads its slot
 // through L1, which more warps thrash (H100, run 141: 6 blocks per SM against 4, misses up to 1.11x, hits
 // down to 0.92x).
+//
+// A mixed pass splits its ops by kind instead (`split`), where the host launched the kernels for it
+// (`kinds_apart`; under kAuto: after a mixed pass, a pass larger than the Stash kernel holds at once whose
+// values the probing step copies; under kSplit: every pass): its other ops first, in a Stash kernel whose
+// deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them; then its PUTs,
+// in a Stash kernel that in a line compares from L2 and so publishes their new keys in the pass
+// (Walk::kLineFromL2). Each kernel packs its warps with ops of its kind. Same-key ops are deferred as in
+// every pass, so the order of the two kernels reorders nothing. Where clStash left a mixed pass's deletes
+// (and a line's new keys) BUSY for FinishPass, a second random atomic each on a line that has left L2, the
+// split leaves it nothing: mixed passes of 4M ops 1.02-1.07x (H100, bench/RESULTS.md, run 260).
 struct LanePolicy {
   LaneMode mode;
   std::uint64_t items_from;  // clStash from this many live keys
   std::uint64_t ops;         // ops in the pass
   bool lookups = false;       // the lookup kernel is launched for the pass
   bool lookups_miss = false;  // the last pass without writes found under half of its keys
+  bool kinds_apart = false;   // the kernels of a mixed pass split by kind are launched for the pass
   // Every kernel of the step must get the same answer: from the pass's mix (StartPass) and the live keys as
   // the pass began. `items` itself grows while the Stash kernel inserts, and a pass that carried it past
   // items_from ran its ops in the clStash kernel too (TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce).
   GPUKV_HD_INLINE bool collaborative(const Counters& c) const {
     if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
-    const bool mixed = c.writes * 10 >= ops && c.writes * 10 <= ops * 9;
-    return mixed || c.start_items >= items_from;
+    return (mixed(c) && !kinds_apart) || c.start_items >= items_from;
   }
+  // The pass runs split by kind: mixed and launched for it (under kAuto, below the load that switches to
+  // clStash).
+  GPUKV_HD_INLINE bool split(const Counters& c) const {
+    return kinds_apart && mixed(c) && (mode == LaneMode::kSplit || (mode == LaneMode::kAuto && c.start_items < items_from));
+  }
+
+ private:
+  GPUKV_HD_INLINE bool mixed(const Counters& c) const { return c.writes * 10 >= ops && c.writes * 10 <= ops * 9; }
 };
 
 // The measured default switch load for a probing scheme (TableConfig::clstash_load < 0). Group probing has
@@ -293,7 +311,9 @@ class PassRunner {
     } else {
       exec_.for_each(n, GroupOp<Ref, false>{engine});
     }
-    exec_.execute(n, ExecuteOp<Ref>{engine}, LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_});
+    exec_.execute(n, ExecuteOp<Ref>{engine},
+                  LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_,
+                             lanes_ == LaneMode::kSplit || (lanes_ == LaneMode::kAuto && mixed_expected_)});
     if (ahead) {
       if (copy_lanes_ != 0) {
         exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_, counters_, true});
@@ -320,6 +340,7 @@ class PassRunner {
     // lookups found; the CPU backend counts none and never asks).
     lookups_expected_ = known_.writes == 0;
     writes_expected_ = known_.writes != 0;
+    mixed_expected_ = known_.writes * 10 >= n && known_.writes * 10 <= n * 9;
     if (known_.writes == 0) lookups_miss_ = 2 * known_.found < n;
     const std::uint64_t deferred = known_.conflicts;
     const std::uint64_t host_ops = known_.host_queued;
@@ -486,6 +507,7 @@ class PassRunner {
   bool lookups_expected_ = true;                 // LanePolicy::lookups
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run
+  bool mixed_expected_ = false;                 // the last finished pass was mixed (LanePolicy::kinds_apart)
   std::uint64_t finished_in_call_ = 0;          // passes of this call finished so far
   unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued

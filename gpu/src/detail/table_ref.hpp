@@ -84,6 +84,15 @@ enum class Walk : std::uint8_t {
   kLineFromL2,
 };
 
+// When a delete's slot becomes a TOMBSTONE (Engine::commit): at once, while its line is in L2, or at the
+// pass's end (FinishPass), so that no insert reuses the slot and rewrites its key while a reader that saw its
+// old FULL ticket compares against it. Chosen at compile time by the kernel that runs the delete.
+enum class Settle : std::uint8_t {
+  kAtEnd,         // always at the pass's end (the clStash kernel, whose registers are full)
+  kWithoutPuts,   // at once in a pass without PUTs, which claims no slot
+  kAlways,        // at once: no op that may claim a slot runs beside this kernel (a mixed pass's other ops)
+};
+
 // A slot's two lengths.
 struct SlotLens {
   std::uint32_t key;
