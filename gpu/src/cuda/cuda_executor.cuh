@@ -40,6 +40,13 @@ struct EventHandle {
   EventHandle& operator=(const EventHandle&) = delete;
 };
 
+// The smallest pass that kAuto splits by kind (LanePolicy::split). The split saves the pass-end step's random
+// atomics on lines that have left L2, and costs a second kernel's walks end to end after the first's. Mixed
+// passes, line, loads 0.5 / 0.9, split against clStash (H100, runs 257-264): 65536 ops 0.91 / 0.95x, 262144
+// 0.90 / 0.94x, 1M 1.00 / 0.96x, 2M 1.03 / 1.00x, 3M 1.04 / 1.04x, 4M 1.05 / 1.07x; 16 B / 128 B values,
+// which CopyValues copies, 0.97 / 0.99x at 4M.
+constexpr std::uint64_t kSplitMinOps = std::uint64_t{1} << 21;
+
 class CudaExecutor {
  public:
   // A line's ordered and host phases walk as Walk::kLineFromL2 (PassRunner::phase_walk).
@@ -90,12 +97,10 @@ class CudaExecutor {
     // in a smaller one (the service's batches) more resident blocks change nothing.
     const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, kWalk>>(sm_count_));
     policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && needed > stash_grid;
-    // Under kAuto, only a pass larger than the Stash kernel holds at once, whose values the probing step
-    // copies: in a smaller pass each thread walks one op, and two kernels one after the other are two such
-    // walks end to end (passes of 65536 mixed ops 0.91-0.95x, H100 run 257); where CopyValues copies them
-    // (wide values), clStash measured better (16 B / 128 B mixed 0.97 / 0.99x at loads 0.5 / 0.9, run 259).
+    // Under kAuto, only a pass of more than kSplitMinOps ops whose values the probing step copies (below, and
+    // where CopyValues copies wide values, clStash measured better).
     policy.kinds_apart = policy.kinds_apart &&
-                         (policy.mode == LaneMode::kSplit || (needed > stash_grid && !f.e.pass.copy_later));
+                         (policy.mode == LaneMode::kSplit || (n > kSplitMinOps && !f.e.pass.copy_later));
     if (policy.lookups) {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks). A line's lookups that are
       // expected to hit fetch their first line whole: a hit's slot may lie in its other 64-byte half, which

@@ -71,8 +71,8 @@ inline constexpr int kConflictSortBits = 32 + 25;
 // down to 0.92x).
 //
 // A mixed pass splits its ops by kind instead (`split`), where the host launched the kernels for it
-// (`kinds_apart`; under kAuto: after a mixed pass, a pass larger than the Stash kernel holds at once whose
-// values the probing step copies; under kSplit: every pass): its other ops first, in a Stash kernel whose
+// (`kinds_apart`; under kAuto: after a mixed pass, a pass of more than 2M ops whose values the probing step
+// copies, CudaExecutor's kSplitMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
 // deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them; then its PUTs,
 // in a Stash kernel that in a line compares from L2 and so publishes their new keys in the pass
 // (Walk::kLineFromL2). Each kernel packs its warps with ops of its kind. Same-key ops are deferred as in
