@@ -389,7 +389,9 @@ std::vector<SlotLayout> parse_layouts(const std::string& s) {
   return out;
 }
 LaneMode parse_lanes(const std::string& s) {
-  return s == "stash" ? LaneMode::kStash : s == "clstash" ? LaneMode::kClStash : s == "split" ? LaneMode::kSplit : LaneMode::kAuto;
+  if (s == "stash") return LaneMode::kStash;
+  if (s == "clstash") return LaneMode::kClStash;
+  return s == "split" ? LaneMode::kSplit : LaneMode::kAuto;
 }
 
 }  // namespace

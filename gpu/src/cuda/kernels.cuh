@@ -88,7 +88,8 @@ __device__ __forceinline__ void grid_stride_packed(std::uint64_t n, const Want& 
   const unsigned below = (1u << lane) - 1;
   unsigned queued = 0;  // the same in every lane; below 32 between turns
   const std::uint64_t stride = std::uint64_t{gridDim.x} * kBlockThreads;
-  for (std::uint64_t base = std::uint64_t{blockIdx.x} * kBlockThreads + threadIdx.x / 32 * 32; base < n; base += stride) {
+  const std::uint64_t first = std::uint64_t{blockIdx.x} * kBlockThreads + threadIdx.x / 32 * 32;  // the warp's
+  for (std::uint64_t base = first; base < n; base += stride) {
     const std::uint64_t op = base + lane;
     const bool picked = op < n && want(op);
     const unsigned pick = __ballot_sync(0xFFFFFFFFu, picked);

@@ -27,13 +27,15 @@
 //    it is written. On the GPU's board, and in a line by a kernel whose compares read from L2 (the probing
 //    step of a pass of inserts: compares_in_l2; the ordered and the host phase), its writer then publishes
 //    it with a release (Board::publish; Board::load says why lookups of this kernel then see all of it, and
-//    TableRef::key_equals why a line's compares must then read from L2). Any other new slot, and one whose
-//    value CopyValues writes later, stays BUSY until FinishPass publishes it after the pass. A deleted slot
-//    stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while a
-//    reader that saw its old FULL ticket compares against it; on the GPU, in a pass without PUTs, which claims
-//    no slot, it becomes a TOMBSTONE at once (commit). An overwrite rewrites only the value, which
-//    only the key's own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend,
-//    by the thread pool's join at the end of each step).
+//    TableRef::key_equals why a line's compares must then read from L2); so does the kernel that runs a
+//    mixed pass's PUTs apart (LanePolicy::split). Any other new slot, and one whose value CopyValues writes
+//    later, stays BUSY until FinishPass publishes it after the pass. A deleted slot stays BUSY until
+//    FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while a reader that saw its
+//    old FULL ticket compares against it; on the GPU, where no op that may claim a slot runs beside the delete
+//    (a pass without PUTs, or the kernel that runs a mixed pass's other ops before its PUTs), it becomes a
+//    TOMBSTONE at once (commit, Settle). An overwrite rewrites only the value, which only the key's own thread
+//    reads. Everything else is ordered by kernel boundaries (on the CPU backend, by the thread pool's join at
+//    the end of each step).
 #pragma once
 
 #include <cstdint>

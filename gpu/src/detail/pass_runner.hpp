@@ -96,7 +96,8 @@ struct LanePolicy {
   // The pass runs split by kind: mixed and launched for it (under kAuto, below the load that switches to
   // clStash).
   GPUKV_HD_INLINE bool split(const Counters& c) const {
-    return kinds_apart && mixed(c) && (mode == LaneMode::kSplit || (mode == LaneMode::kAuto && c.start_items < items_from));
+    if (!kinds_apart || !mixed(c)) return false;
+    return mode == LaneMode::kSplit || (mode == LaneMode::kAuto && c.start_items < items_from);
   }
 
  private:
