@@ -56,6 +56,11 @@ inline ScratchBytes scratch_bytes(std::uint64_t n) {
 // Deferred same-key ops are (group entry << 32 | op) with entries below 2^25 (group_entries(kMaxPassOps)).
 inline constexpr int kConflictSortBits = 32 + 25;
 
+// A pass of `ops` ops, `writes` of them valid writes, mixes reads and writes: the lane schedules treat it apart.
+GPUKV_HD_INLINE bool mixes_reads_and_writes(std::uint64_t writes, std::uint64_t ops) {
+  return writes * 10 >= ops && writes * 10 <= ops * 9;
+}
+
 // When the GPU's probing step uses collaborative lanes (clStash). Decided on the device from the counters
 // StartPass leaves, so that no host round trip sits between the steps. Measured on an H200
 // (bench/RESULTS.md): clStash wins for passes that mix reads and writes at every load, and for single-ticket
@@ -91,17 +96,14 @@ struct LanePolicy {
   // items_from ran its ops in the clStash kernel too (TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce).
   GPUKV_HD_INLINE bool collaborative(const Counters& c) const {
     if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
-    return (mixed(c) && !kinds_apart) || c.start_items >= items_from;
+    return (mixes_reads_and_writes(c.writes, ops) && !kinds_apart) || c.start_items >= items_from;
   }
   // The pass runs split by kind: mixed and launched for it (under kAuto, below the load that switches to
   // clStash).
   GPUKV_HD_INLINE bool split(const Counters& c) const {
-    if (!kinds_apart || !mixed(c)) return false;
+    if (!kinds_apart || !mixes_reads_and_writes(c.writes, ops)) return false;
     return mode == LaneMode::kSplit || (mode == LaneMode::kAuto && c.start_items < items_from);
   }
-
- private:
-  GPUKV_HD_INLINE bool mixed(const Counters& c) const { return c.writes * 10 >= ops && c.writes * 10 <= ops * 9; }
 };
 
 // The measured default switch load for a probing scheme (TableConfig::clstash_load < 0). Group probing has
@@ -341,7 +343,7 @@ class PassRunner {
     // lookups found; the CPU backend counts none and never asks).
     lookups_expected_ = known_.writes == 0;
     writes_expected_ = known_.writes != 0;
-    mixed_expected_ = known_.writes * 10 >= n && known_.writes * 10 <= n * 9;
+    mixed_expected_ = mixes_reads_and_writes(known_.writes, n);
     if (known_.writes == 0) lookups_miss_ = 2 * known_.found < n;
     const std::uint64_t deferred = known_.conflicts;
     const std::uint64_t host_ops = known_.host_queued;
