@@ -1,6 +1,7 @@
-// Direct tests of three pieces of the table's algorithm (gpu/src/detail) that the model tests reach only
-// through whole batches: the ticket codec's SWAR matching, the key hash and probe plan, and the batch
-// grouping of same-key operations. Each is checked against a plain per-field or per-key computation.
+// Direct tests of pieces of the table's algorithm (gpu/src/detail) that the model tests reach only through
+// whole batches: the ticket codec's SWAR matching, the key hash and probe plan, the batch grouping of
+// same-key operations, which new keys may claim a line's EMPTY ticket FULL at once, and the zeros clean-up
+// leaves in a line's emptied slots. Each is checked against a plain per-field or per-key computation.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,11 +12,16 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backend.hpp"
 #include "detail/batch_groups.hpp"
+#include "detail/cleanup.hpp"
+#include "detail/engine.hpp"
 #include "detail/key_hash.hpp"
 #include "detail/ticket_board.hpp"
+#include "geometry.hpp"
 
 namespace gpukv::detail {
 namespace {
@@ -205,6 +211,109 @@ TEST_P(BatchGroups, OpsOfOneKeyShareAnEntryAndOnlySharedEntriesAreFlagged) {
   EXPECT_EQ(joined, later_ops);
   EXPECT_EQ(group_tag(0) & kGroupShared, 0u);
   EXPECT_NE(group_tag(0), 0u) << "a tag is never the empty entry";
+}
+
+
+// ---- a line's claims made FULL at once, and the zeros they rely on ----------------------------------------
+
+using LineRef = TableRef<8, Probing::kGroup, 1>;
+
+Probe probe_of(std::uint64_t word, std::uint32_t len) {
+  Probe p{};
+  p.key = KeyWords{{word & byte_mask(len), 0, 0, 0}, len};
+  p.code = LineRef::Codec::info_code(plan_probe(hash_key(p.key, 1), 1009).info);
+  return p;
+}
+
+// A reader that meets a ticket claimed FULL at once may read the slot's zeros (and, its lengths word loaded
+// before the claim's, a key length of 0) instead of the new key. So a key may claim that way only if its
+// code differs from the codes of the zero key of its length and of the empty key; a value CopyValues writes
+// later, or a key of more than one word, never does.
+TEST(FullClaims, OnlyKeysAZeroSlotCannotPassForClaimFullAtOnce) {
+  Engine<LineRef> e{};
+  PassRef pass{};
+  pass.copy_later = false;
+  e.pass = pass;
+  const auto zero_code = [](std::uint32_t len) { return probe_of(0, len).code; };
+  std::mt19937_64 rng(11);
+  int full = 0, zero_like = 0;
+  for (std::uint32_t len = 0; len <= 8; ++len) {
+    EXPECT_EQ(e.full_claim_code(probe_of(0, len)), 0u) << "the zero key of length " << len;
+    for (int i = 0; i < 20000; ++i) {
+      const Probe p = probe_of(rng(), len);
+      const bool like_zero = p.code == zero_code(len) || p.code == zero_code(0);
+      if (like_zero && p.key.w[0] != 0) ++zero_like;
+      ASSERT_EQ(e.full_claim_code(p), like_zero ? 0 : p.code) << "length " << len << " code " << p.code;
+      full += !like_zero;
+    }
+  }
+  EXPECT_GT(zero_like, 100) << "keys sharing a zero key's code were met";
+  EXPECT_GT(full, 150000);
+  e.pass.copy_later = true;
+  EXPECT_EQ(e.full_claim_code(probe_of(0x1234, 8)), 0u) << "a value CopyValues writes later";
+  Engine<TableRef<8, Probing::kGroup, 2>> wide{};
+  wide.pass = pass;
+  Probe p = probe_of(0x1234, 8);
+  EXPECT_EQ(wide.full_claim_code(p), 0u) << "a key of two words";
+}
+
+// Clean-up leaves every line slot whose ticket it turns EMPTY with zero lengths and a zero key, as a new
+// table has them: both the tombstones it clears and the keys it extracts to place again. A 600-slot line
+// tier in host memory, filled to 0.8 with keys of 8 bytes, a third of them then deleted.
+TEST(FullClaims, CleanupZeroesTheLineSlotsItEmpties) {
+  using Codec = LineRef::Codec;
+  TableConfig config;
+  config.backend = BackendKind::kCpu;
+  config.key_width = 8;
+  config.value_width = 8;
+  config.capacity = 600;
+  config.slot_layout = SlotLayout::kLine;
+  const Geometry g = make_geometry(config);
+  ASSERT_EQ(g.device.layout, SlotLayout::kLine);
+  std::vector<std::uint64_t> memory(g.device.slot_bytes() / 8, 0);
+  const auto t = make_table_ref<LineRef>(g, g.device, nullptr, reinterpret_cast<std::uint8_t*>(memory.data()), nullptr);
+  std::mt19937_64 rng(13);
+  std::vector<std::uint64_t> slots;
+  long long tombstones = 0;
+  for (std::uint64_t i = 0; i < g.device.capacity * 8 / 10; ++i) {
+    const KeyWords key{{rng() | 1, 0, 0, 0}, 8};
+    const ProbePlan plan = plan_probe(hash_key(key, 1), t.units);
+    std::uint64_t slot;
+    ASSERT_TRUE(claim_ticket(t, plan.first, 0, plan.step, t.board.load(t.word_of(plan.first)), slot, tombstones,
+                             Codec::info_code(plan.info)));
+    t.store_lens(slot, SlotLens{8, 8});
+    t.key_words_at(slot)[0] = key.w[0];
+    t.value_words_at(slot)[0] = ~key.w[0];
+    slots.push_back(slot);
+  }
+  for (std::size_t i = 0; i < slots.size(); i += 3) {
+    const std::uint64_t word = slots[i] / Codec::kPerWord;
+    const int field = static_cast<int>(slots[i] % Codec::kPerWord);
+    t.board.flip(word, field, Codec::field_code(t.board.load(word), field), Codec::kTombstone);
+  }
+  const CleanupWord<LineRef> w{t};
+  std::vector<unsigned long long> regions(t.positions / kCleanupRegionSlots + 1, 0);
+  Tally tally;
+  for (std::uint64_t slot = 0; slot < t.positions; ++slot) CleanupCount<LineRef>{w, regions.data()}(slot, tally);
+  unsigned long long at = 0;
+  for (auto& r : regions) at += std::exchange(r, at);
+  std::vector<std::uint8_t> buffer(static_cast<std::size_t>(at) * record_bytes(t) + 8);
+  for (std::uint64_t slot = 0; slot < t.positions; ++slot) {
+    CleanupExtract<LineRef>{w, buffer.data(), regions.data()}(slot, tally);
+  }
+  std::uint64_t emptied = 0;
+  for (const std::uint64_t slot : slots) {
+    if (Codec::field_code(t.board.load(slot / Codec::kPerWord), static_cast<int>(slot % Codec::kPerWord)) != Codec::kEmpty) {
+      continue;
+    }
+    ++emptied;
+    const SlotLens lens = t.load_lens(slot);
+    EXPECT_EQ(lens.key, 0u) << "slot " << slot;
+    EXPECT_EQ(lens.value, 0u) << "slot " << slot;
+    EXPECT_EQ(t.key_words_at(slot)[0], 0u) << "slot " << slot;
+  }
+  EXPECT_EQ(emptied, (slots.size() + 2) / 3 + at) << "every tombstone and every extracted key left an EMPTY";
+  EXPECT_GT(at, 0u) << "some keys were extracted";
 }
 
 }  // namespace

@@ -93,6 +93,12 @@ class CudaExecutor {
   template <Walk kWalk, class Ref>
   void execute_walks(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
+    if constexpr (kWalk == Walk::kLine) {
+      // Under kAuto, a line's pass after one of inserts runs in Stash lanes, whatever it turns out to hold: the
+      // clStash kernel, which would return at once in a pass of inserts, is not launched. A mixed pass then
+      // runs in the Stash kernel once; the pass after it expects its mix.
+      if (f.e.pass.inserts_expected && policy.mode == LaneMode::kAuto) policy.mode = LaneMode::kStash;
+    }
     // The lookup kernel pays for its launch only in a pass with more ops than the Stash kernel holds at once:
     // in a smaller one (the service's batches) more resident blocks change nothing.
     const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, kWalk>>(sm_count_));

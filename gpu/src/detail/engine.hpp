@@ -23,19 +23,26 @@
 //  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
+//  * In a line, a slot whose ticket is EMPTY has zero lengths and a zero key: the table starts zeroed, and
+//    clean-up zeroes every slot whose ticket it turns EMPTY (CleanupExtract). Nothing else makes a ticket
+//    EMPTY.
 //  * No lookup sees a half-written key or value. A new key's slot stays BUSY (skipped by every lookup) while
 //    it is written. On the GPU's board, and in a line by a kernel whose compares read from L2 (the probing
 //    step of a pass of inserts: compares_in_l2; the ordered and the host phase), its writer then publishes
 //    it with a release (Board::publish; Board::load says why lookups of this kernel then see all of it, and
 //    TableRef::key_equals why a line's compares must then read from L2); so does the kernel that runs a
-//    mixed pass's PUTs apart (LanePolicy::split). Any other new slot, and one whose value CopyValues writes
-//    later, stays BUSY until FinishPass publishes it after the pass. A deleted slot stays BUSY until
-//    FinishPass makes it a TOMBSTONE, so nobody can reuse it and rewrite its key while a reader that saw its
-//    old FULL ticket compares against it; on the GPU, where no op that may claim a slot runs beside the delete
-//    (a pass without PUTs, or the kernel that runs a mixed pass's other ops before its PUTs), it becomes a
-//    TOMBSTONE at once (commit, Settle). An overwrite rewrites only the value, which only the key's own thread
-//    reads. Everything else is ordered by kernel boundaries (on the CPU backend, by the thread pool's join at
-//    the end of each step).
+//    mixed pass's PUTs apart (LanePolicy::split). In a line's kernels that compare from L2, but for that
+//    last one, a key alone in the pass that takes an EMPTY ticket claims it FULL at once instead, and writes
+//    its slot after: a reader of the same kernel that meets the ticket first compares its key against the
+//    zero slot or the new key, neither of which is its own (same-key ops run in one thread), and reads no
+//    value (full_claim_code says why, and which keys still go through BUSY).
+//    Any other new slot, and one whose value CopyValues writes later, stays BUSY until FinishPass publishes
+//    it after the pass. A deleted slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse
+//    it and rewrite its key while a reader that saw its old FULL ticket compares against it; on the GPU,
+//    where no op that may claim a slot runs beside the delete (a pass without PUTs, or the kernel that runs a
+//    mixed pass's other ops before its PUTs), it becomes a TOMBSTONE at once (commit, Settle). An overwrite
+//    rewrites only the value, which only the key's own thread reads. Everything else is ordered by kernel
+//    boundaries (on the CPU backend, by the thread pool's join at the end of each step).
 #pragma once
 
 #include <cstdint>
@@ -94,6 +101,10 @@ struct LensClaim {
   // time (a template parameter) measured the Stash kernel's passes of 65536 inserts 22% slower (run 229).
   bool wanted = false;
   bool stored = false;  // set when the claim wrote them
+  // The key's FULL code, where an EMPTY ticket may be claimed as FULL at once (Engine::full_claim_code); 0
+  // where every claim goes through BUSY. `full` is set when the claim took an EMPTY ticket that way.
+  std::uint32_t full_code = 0;  // a FULL code: at most 8 bits
+  bool full = false;
 };
 
 // Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
@@ -101,6 +112,7 @@ struct LensClaim {
 // see TicketBoard::claim). Returns false if none is left. A reused tombstone is subtracted from `tombstones`.
 // `lens` (a line on the GPU, or null): the slot's lengths, written with the ticket if `lens->wanted` (the
 // caller saw `unit`'s lengths word) and the GPU has a 16-byte CAS; `lens->stored` says whether they were.
+// There, an EMPTY ticket becomes `lens->full_code` rather than `to` if that is not 0 (`lens->full` says so).
 template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
                            std::uint64_t tickets, std::uint64_t& slot, Count& tombstones,
@@ -129,7 +141,10 @@ GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe
       if (lens != nullptr && lens->wanted) {
         std::uint64_t mask, bits;
         t.line_lens_bits(Ref::slot_of(word, field), lens->lens, mask, bits);
-        claimed = lens->stored = t.board.claim_with_next(word, field, tickets, lens->word, mask, bits, to);
+        const bool full = lens->full_code != 0 && code == Codec::kEmpty;
+        claimed = lens->stored =
+            t.board.claim_with_next(word, field, tickets, lens->word, mask, bits, full ? lens->full_code : to);
+        lens->full = claimed && full;
       } else {
         claimed = t.board.claim(word, field, tickets, to);
       }
@@ -311,6 +326,31 @@ struct Engine {
     return false;
   }
 
+  // The FULL code with which a new key alone in its pass may claim an EMPTY ticket at once, skipping BUSY and
+  // the publish after its slot is written (LensClaim::full_code), or 0 where it may not. A reader in the
+  // same kernel that meets the FULL ticket before the slot's bytes reach it reads the bytes of a slot that
+  // never held a key, which are zero in a line, lengths included (see the invariants above): it cannot take
+  // them for its own key unless that key is zero bytes of the new key's length (or, if its load saw the
+  // ticket but not the lengths word the claim wrote with it, of length 0) and carries the same code. Keys
+  // whose code is one of those two codes therefore go through BUSY. One-word keys only, whose key a compare
+  // reads in one load; never for a value that CopyValues writes after the probing step.
+  GPUKV_HD_INLINE std::uint64_t full_claim_code(const Probe& p) const {
+    if constexpr (Ref::key_words != 1) {
+      return 0;
+    } else {
+      // The zero keys' codes, a byte each by length, at compile time: a shift at run time rather than a hash
+      // of the zero key of the new key's length.
+      constexpr std::uint64_t kOfLengths1To8 = [] {
+        std::uint64_t codes = 0;
+        for (std::uint32_t len = 1; len <= 8; ++len) codes |= Codec::info_code(zero_key_info(len, 1)) << (8 * (len - 1));
+        return codes;
+      }();
+      constexpr std::uint64_t kOfLength0 = Codec::info_code(zero_key_info(0, 1));
+      const std::uint64_t of_length = p.key.len == 0 ? kOfLength0 : (kOfLengths1To8 >> (8 * (p.key.len - 1))) & 0xFF;
+      return pass.copy_later || p.code == of_length || p.code == kOfLength0 ? 0 : p.code;
+    }
+  }
+
   // Counts a new key against its tier's max_items. Unchecked passes cannot overflow the device tier (there
   // was room for every op when the pass began).
   GPUKV_HD bool reserve(bool in_host, Tally& tally) const {
@@ -400,8 +440,10 @@ struct Engine {
   // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
   // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
   // registers are tight. kWalk: the walk's (step), which says whether a new key may be published now.
-  // kSettle: commit's.
-  template <bool kWithHost, Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, class Ops>
+  // kSettle: commit's. kClaimFull: where kWalk is kLineFromL2, a new key alone in the pass may claim an EMPTY
+  // ticket FULL at once (full_claim_code); the split's PUT kernel does not (LanePolicy::split).
+  template <bool kWithHost, Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, bool kClaimFull = true,
+            class Ops>
   GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
     if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
@@ -456,6 +498,7 @@ struct Engine {
             // the claim in local memory.
             lens_claim.wanted = kLensInClaim;
             lens_claim.lens.value = ops.value(op).len;
+            if constexpr (kLensInClaim && kClaimFull) lens_claim.full_code = static_cast<std::uint32_t>(full_claim_code(p));
             if (!place<kWithHost>(p, slot, slot_in_host, tally, kLensInClaim ? &lens_claim : nullptr)) {
               if (!kWithHost && host.units != 0) return false;  // only op of its key: nothing written yet
               batch.set_status(op, OpStatus::kFull);
@@ -489,7 +532,7 @@ struct Engine {
       pending = kPendingOverwrite | (slot << 8);
     } else {
       pending = commit<false, kWalk, kSettle>(table, p, slot, claimed, present, written, value, tally,
-                                              kLensInClaim && lens_claim.stored);
+                                              kLensInClaim && lens_claim.stored, kLensInClaim && lens_claim.full);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (any && pending != kNothingPending) {
@@ -500,10 +543,12 @@ struct Engine {
   }
 
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()). `lens_stored`: the
-  // claim wrote the new slot's lengths. kSettle: when a deleted slot becomes a TOMBSTONE.
+  // claim wrote the new slot's lengths. `claimed_full`: the claim made the ticket FULL (LensClaim::full), so
+  // there is nothing to publish. kSettle: when a deleted slot becomes a TOMBSTONE.
   template <bool kHost, Walk kWalk, Settle kSettle = Settle::kWithoutPuts>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
-                                       bool written, const ValueIn& value, Tally& tally, bool lens_stored = false) const {
+                                       bool written, const ValueIn& value, Tally& tally, bool lens_stored = false,
+                                       bool claimed_full = false) const {
     const auto forget = [&] {  // the key's slot becomes a tombstone
       if constexpr (kHost) {
         tally.host_items -= 1;
@@ -515,8 +560,9 @@ struct Engine {
       return pending_code(kHost, slot, Codec::kTombstone);
     };
     if (claimed) {
-      if (!present) return forget();  // inserted and deleted within the pass
+      if (!present) return forget();  // inserted and deleted within the pass (a key of several ops: never FULL)
       t.template store_new<kWalk == Walk::kLineFromL2>(slot, p.key, value, lens_stored);
+      if (!kHost && claimed_full) return kNothingPending;
       if constexpr (kHost) {
         if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
         tally.host_writes += 1;

@@ -91,6 +91,6 @@ GPUKV_HD_INLINE unsigned long long append_index_to(unsigned long long* count) {
 #endif
 }
 
-GPUKV_HD_INLINE std::uint64_t rotl64(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+GPUKV_HD_INLINE constexpr std::uint64_t rotl64(std::uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
 
 }  // namespace gpukv::detail

@@ -47,7 +47,7 @@ GPUKV_UNROLL
   return k;
 }
 
-GPUKV_HD_INLINE std::uint64_t mix64(std::uint64_t x) {  // MurmurHash3's finalizer: full avalanche
+GPUKV_HD_INLINE constexpr std::uint64_t mix64(std::uint64_t x) {  // MurmurHash3's finalizer: full avalanche
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdULL;
   x ^= x >> 33;
@@ -56,7 +56,7 @@ GPUKV_HD_INLINE std::uint64_t mix64(std::uint64_t x) {  // MurmurHash3's finaliz
   return x;
 }
 
-GPUKV_HD_INLINE std::uint64_t hash_key(const KeyWords& k, std::uint32_t key_words) {
+GPUKV_HD_INLINE constexpr std::uint64_t hash_key(const KeyWords& k, std::uint32_t key_words) {
   std::uint64_t h = 0x9E3779B97F4A7C15ULL ^ (std::uint64_t{k.len} * 0xC2B2AE3D27D4EB4FULL);
 GPUKV_UNROLL
   for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
@@ -72,9 +72,18 @@ struct ProbePlan {
   std::uint32_t info;   // uniform 32-bit value; the ticket codec maps it to an info code
 };
 
+GPUKV_HD_INLINE constexpr std::uint64_t second_hash(std::uint64_t h) { return mix64(h ^ 0x2545F4914F6CDD1DULL); }
+
 GPUKV_HD_INLINE ProbePlan plan_probe(std::uint64_t h, std::uint64_t units) {
-  const std::uint64_t h2 = mix64(h ^ 0x2545F4914F6CDD1DULL);
+  const std::uint64_t h2 = second_hash(h);
   return ProbePlan{mulhi64(h, units), 1 + mulhi64(h2, units - 1), static_cast<std::uint32_t>(h2)};
+}
+
+// The info (ProbePlan::info) of the key of `len` bytes that are all zero: what a slot that never held a key
+// holds in a line (see Engine's invariants, on claims made FULL at once).
+GPUKV_HD_INLINE constexpr std::uint32_t zero_key_info(std::uint32_t len, std::uint32_t key_words) {
+  KeyWords zero{{0, 0, 0, 0}, len};
+  return static_cast<std::uint32_t>(second_hash(hash_key(zero, key_words)));
 }
 
 GPUKV_HD_INLINE std::uint64_t next_unit(std::uint64_t unit, std::uint64_t step, std::uint64_t units) {

@@ -80,7 +80,8 @@ enum class Walk : std::uint8_t {
   // L2. A lengths word loaded with a ticket that turned FULL in this kernel may miss that slot's lengths (the
   // two halves of a vector load are not one access): the slot holds another thread's key, which no walk of
   // this pass looks for (a pass's same-key ops run in one thread), so a stale length can only fail a compare
-  // that had to fail.
+  // that had to fail. (Where the claim made the ticket FULL at once, a stale length is the zero slot's 0:
+  // Engine::full_claim_code keeps the empty key's code out of such claims.)
   kLineFromL2,
 };
 
@@ -217,8 +218,10 @@ struct TableRef {
   // sectors with their neighbours, and a pass of inserts publishes new slots while it runs (Engine::commit):
   // the L1 may hold a sector read before its new slot was written, and a compare against that copy could
   // match a key the slot no longer holds. L2 has the slot's bytes before its ticket turns FULL (the writer's
-  // release), and the slot's address depends on the ticket loaded, so these loads are issued after it. The
-  // asm is not volatile, so the compiler schedules them as it does plain loads.
+  // release), and the slot's address depends on the ticket loaded, so these loads are issued after it; or,
+  // where the claim made the ticket FULL at once, L2 holds the slot's zeros or its new key, and neither can
+  // match (Engine::full_claim_code). The asm is not volatile, so the compiler schedules them as it does
+  // plain loads.
   template <Walk kWalk = Walk::kAny>
   GPUKV_HD_INLINE bool key_equals(std::uint64_t index, const KeyWords& k, [[maybe_unused]] std::uint64_t lens_word = 0) const {
     const std::uint64_t* stored = key_words_at(index);

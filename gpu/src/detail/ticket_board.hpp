@@ -8,7 +8,8 @@
 //   1        BUSY       claimed or deleted in the current pass and not yet settled: a new key's slot until
 //                       its writer publishes it, a deleted one until the pass ends (on the GPU, only in
 //                       a pass that may claim slots: Engine::commit); lookups pass over
-//                       it and inserts may not take it (the Stash access bit)
+//                       it and inserts may not take it (the Stash access bit). A line's new key alone in
+//                       its pass may claim an EMPTY ticket FULL at once instead (Engine's invariants)
 //   2        TOMBSTONE  deleted in an earlier pass; lookups pass over it, inserts reuse it
 //   3..2^B-1 FULL       holds a key whose info code is this value (2^B - 3 codes: 1, 13 or 253)
 //
@@ -77,7 +78,7 @@ struct TicketCodec {
   GPUKV_HD_INLINE static std::uint64_t field_code(std::uint64_t word, int field) {
     return (word >> (field * Bits)) & kFieldMask;
   }
-  GPUKV_HD_INLINE static std::uint64_t info_code(std::uint32_t info) {
+  GPUKV_HD_INLINE static constexpr std::uint64_t info_code(std::uint32_t info) {
     return kFirstFull + static_cast<std::uint32_t>((std::uint64_t{info} * kFullCodes) >> 32);
   }
 };
