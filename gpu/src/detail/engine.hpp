@@ -328,8 +328,8 @@ struct Engine {
 
   // The FULL code with which a new key alone in its pass may claim an EMPTY ticket at once, skipping BUSY and
   // the publish after its slot is written (LensClaim::full_code), or 0 where it may not. A reader in the
-  // same kernel that meets the FULL ticket before the slot's bytes reach it reads the bytes of a slot that
-  // never held a key, which are zero in a line, lengths included (see the invariants above): it cannot take
+  // same kernel that meets the FULL ticket before the slot's bytes reach it reads the bytes of an EMPTY
+  // slot, which are zero in a line, lengths included (see the invariants above): it cannot take
   // them for its own key unless that key is zero bytes of the new key's length (or, if its load saw the
   // ticket but not the lengths word the claim wrote with it, of length 0) and carries the same code. Keys
   // whose code is one of those two codes therefore go through BUSY. One-word keys only, whose key a compare

@@ -79,8 +79,8 @@ GPUKV_HD_INLINE ProbePlan plan_probe(std::uint64_t h, std::uint64_t units) {
   return ProbePlan{mulhi64(h, units), 1 + mulhi64(h2, units - 1), static_cast<std::uint32_t>(h2)};
 }
 
-// The info (ProbePlan::info) of the key of `len` bytes that are all zero: what a slot that never held a key
-// holds in a line (see Engine's invariants, on claims made FULL at once).
+// The info (ProbePlan::info) of the key of `len` bytes that are all zero: what a line's EMPTY slot holds (see
+// Engine's invariants, on claims made FULL at once).
 GPUKV_HD_INLINE constexpr std::uint32_t zero_key_info(std::uint32_t len, std::uint32_t key_words) {
   KeyWords zero{{0, 0, 0, 0}, len};
   return static_cast<std::uint32_t>(second_hash(hash_key(zero, key_words)));
