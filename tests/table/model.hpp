@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <ostream>
 #include <random>
 #include <string>
@@ -115,7 +116,9 @@ class Model {
     ASSERT_LE(stats.host.items, stats.host.max_items) << "the host tier went past its maximum load";
   }
 
-  void check(const Columns& cols, const std::vector<Op>& ops) {
+  // `malformed(i)`, where given: the caller made op i malformed in `cols`, so it must be answered kInvalid and
+  // change nothing.
+  void check(const Columns& cols, const std::vector<Op>& ops, const std::function<bool(std::size_t)>& malformed = {}) {
     std::uint64_t new_key_writes = 0;
     for (const Op& op : ops) {
       if ((op.kind == OpKind::kPut || op.kind == OpKind::kPutIfAbsent) && !map_.count(op.key)) ++new_key_writes;
@@ -124,6 +127,10 @@ class Model {
     for (std::size_t i = 0; i < ops.size(); ++i) {
       const Op& op = ops[i];
       const OpStatus got = cols.status(i);
+      if (malformed && malformed(i)) {
+        ASSERT_EQ(got, OpStatus::kInvalid) << "op " << i << " was made malformed";
+        continue;
+      }
       auto it = map_.find(op.key);
       const bool present = it != map_.end();
       SCOPED_TRACE("op " + std::to_string(i) + " " + to_string(op.kind) + " key len " + std::to_string(op.key.size()));

@@ -386,6 +386,49 @@ TEST_P(TableEdgeTest, LargePassesAfterWritesKeepOrderAndRefuseMalformedOps) {
   model.check_contents(table);
 }
 
+// The group entries a pass leaves (group_of[], one per op place) are read again only as the pass that stores
+// them means them. Promise, for calls of passes as large as above (on the GPU, grouped in bins; on the CPU
+// backend, smaller ones): after a call whose passes join ops and refuse malformed ones, two calls of distinct
+// new keys, and a call that joins ops and refuses malformed ones again, every op of that last call is
+// answered as in batch order, its malformed ops (at other places than the first call's) are refused, and
+// every key is where the model says.
+TEST_P(TableEdgeTest, PassesReadOnlyTheGroupEntriesTheyStore) {
+  const bool gpu = GetParam() == BackendKind::kGpu;
+  const int pass = gpu ? 1100000 : 100000;
+  const int n = 2 * pass;
+  TableConfig c = config(8, 8, 8 * static_cast<std::uint64_t>(n));
+  c.max_batch = pass;
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  const auto key = [](char prefix, std::uint64_t i) { return prefix + std::to_string(i); };
+  // Joins, and malformed ops (a write's value longer than the width) at every 1000th place from
+  // `malformed_from` that holds a write with a value.
+  const auto joined_and_malformed = [&](std::uint64_t seed, int malformed_from) {
+    const std::vector<Op> ops = mixed_ops(n, seed, [&](std::uint64_t x) { return key('k', x % (n / 4)); });
+    const auto malformed = [&](std::size_t i) {
+      const int at = static_cast<int>(i) - malformed_from;
+      return at >= 0 && at % 1000 == 0 && carries_value(ops[i].kind);
+    };
+    Columns cols(table, ops);
+    for (std::size_t i = 0; i < ops.size(); ++i) {
+      if (malformed(i)) cols.raw_value_lens()[i] = 9;
+    }
+    table.execute(cols.in(), cols.out());
+    model.check(cols, ops, malformed);
+  };
+  joined_and_malformed(0x853C49E6748FEA9Bull, 0);
+  if (HasFatalFailure()) return;
+  for (const char prefix : {'a', 'b'}) {
+    std::vector<Op> puts;
+    for (int i = 0; i < n; ++i) puts.push_back(put(key(prefix, i), "v" + std::to_string(i)));
+    model.run(table, puts);
+    if (HasFatalFailure()) return;
+  }
+  joined_and_malformed(0x2545F4914F6CDD1Dull, 500);
+  if (HasFatalFailure()) return;
+  model.check_contents(table);
+}
+
 // Under the hybrid lane schedule (LaneMode::kAuto), a pass runs in the Stash kernel or the clStash kernel by
 // the table's load. Promise: a pass whose inserts carry the load past the switch (single probing's 0.9) runs
 // each op once: its deletes each answer OK once, and every key is where the model says. (The GPU launches
