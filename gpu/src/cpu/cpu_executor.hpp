@@ -80,6 +80,8 @@ class CpuExecutor {
   void write_counters(const Counters& c) { *counters_ = c; }
   // Every step has finished when its call returns: a snapshot is a copy.
   void snapshot_counters(int slot) { snapshots_[slot] = *counters_; }
+  Counters* snapshot_slot(int slot) { return &snapshots_[slot]; }
+  void snapshot_taken(int) {}
   Counters wait_snapshot(int slot) const { return snapshots_[slot]; }
   // Both tiers are host memory here.
   HostBuffer allocate(std::uint64_t bytes, bool /*host_tier*/) { return HostBuffer(bytes, /*nothrow=*/true); }

@@ -225,9 +225,11 @@ class CudaExecutor {
 
   // A kernel rather than a copy, so that the kernels on either side of it still launch early.
   void snapshot_counters(int slot) {
-    launch(copy_counters_kernel, 1, static_cast<const Counters*>(counters_), snapshots_.as<Counters>() + slot);
-    GPUKV_CUDA_CHECK(cudaEventRecord(snapshot_done_[slot].event, stream_));
+    launch(copy_counters_kernel, 1, static_cast<const Counters*>(counters_), snapshot_slot(slot));
+    snapshot_taken(slot);
   }
+  Counters* snapshot_slot(int slot) { return snapshots_.as<Counters>() + slot; }
+  void snapshot_taken(int slot) { GPUKV_CUDA_CHECK(cudaEventRecord(snapshot_done_[slot].event, stream_)); }
   Counters wait_snapshot(int slot) {
     GPUKV_CUDA_CHECK(cudaEventSynchronize(snapshot_done_[slot].event));
     return snapshots_.as<Counters>()[slot];

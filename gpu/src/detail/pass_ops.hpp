@@ -40,10 +40,13 @@ GPUKV_HD_INLINE bool host_first(const Counters& c) { return c.halted != 0 || c.c
 
 // Opens a pass, before its other steps (one item): resets the pass's counters and works out which grouping
 // entries StartPass must clear, or, if the pass must wait for the host, halts it: its steps then do nothing,
-// and the host queues it again once it has finished the pass before (PassRunner::run).
+// and the host queues it again once it has finished the pass before (PassRunner::run). First it copies the
+// counters as the pass before left them to `snapshot`, where the host reads them: on the GPU a launch fewer
+// a pass than a copy of their own.
 struct BeginPass {
   static constexpr const char* kName = "BeginPass";
   Counters* counters;
+  Counters* snapshot;           // nullptr: none to take
   std::uint64_t ops;            // in the pass
   std::uint64_t max_items;      // the device tier's
   std::uint64_t group_entries;  // this pass's grouping-table size
@@ -51,6 +54,7 @@ struct BeginPass {
   bool in_bins;                 // this pass is grouped in bins (batch_groups.hpp)
   GPUKV_HD void operator()(std::uint64_t, Tally&) const {
     Counters& c = *counters;
+    if (snapshot != nullptr) *snapshot = c;
     if (host_first(c)) {
       c.halted = 1;
       return;
