@@ -386,6 +386,34 @@ TEST_P(TableEdgeTest, LargePassesAfterWritesKeepOrderAndRefuseMalformedOps) {
   model.check_contents(table);
 }
 
+// On the GPU, a pass grouped in bins whose columns all start 16-byte aligned has them copied into shared
+// memory tile by tile (group_bins_kernel.cuh, StagedColumns), the last tile zero-filled past the pass's end;
+// any other pass's ops load their own rows. Promise: a call of three such passes, the first aligned (the
+// GPU's copy of a batch's columns starts so), the other two beginning an odd number of ops in, each ending
+// mid-tile, with same-key ops and malformed ops in all three, answers every op as in batch order, refuses
+// exactly the malformed ones, and leaves every key where the model says (on the CPU backend, smaller passes).
+TEST_P(TableEdgeTest, PassesAlignedOrNotGroupTheSame) {
+  const bool gpu = GetParam() == BackendKind::kGpu;
+  const int pass = gpu ? 1100003 : 100003;
+  const int n = 3 * pass;
+  TableConfig c = config(8, 8, 2 * static_cast<std::uint64_t>(n));
+  c.max_batch = pass;
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  const std::vector<Op> ops = mixed_ops(n, 0x4F1BBCDCBFA53E0Bull, [](std::uint64_t x) { return "k" + std::to_string(x % 300000); });
+  // A write's value longer than the width, at every 1001st place from 5 that holds one.
+  const auto malformed = [&](std::size_t i) { return i % 1001 == 5 && carries_value(ops[i].kind); };
+  Columns cols(table, ops);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (malformed(i)) cols.raw_value_lens()[i] = 9;
+  }
+  table.execute(cols.in(), cols.out());
+  model.check(cols, ops, malformed);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(table.stats().conflict_ops, 0u);
+  model.check_contents(table);
+}
+
 // The group entries a pass leaves (group_of[], one per op place) are read again only as the pass that stores
 // them means them. Promise, for calls of passes as large as above (on the GPU, grouped in bins; on the CPU
 // backend, smaller ones): after a call whose passes join ops and refuse malformed ones, two calls of distinct

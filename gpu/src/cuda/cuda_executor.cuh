@@ -187,14 +187,31 @@ class CudaExecutor {
       bin_runs_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kBinRunCapacity * sizeof(std::uint64_t), "grouping bins");
       bin_lengths_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kRunLengthStride * sizeof(std::uint32_t), "grouping bins");
       GPUKV_CUDA_CHECK(cudaMemset(bin_lengths_.data(), 0, bin_lengths_.bytes()));
-      // The attribute belongs to the device the executor runs on.
+      // The attributes belong to the device the executor runs on.
       GPUKV_CUDA_CHECK(cudaFuncSetAttribute(group_bins_kernel<Ref>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTableBytes));
+      if constexpr (Ref::key_words == 1) {
+        GPUKV_CUDA_CHECK(
+            cudaFuncSetAttribute(bin_scatter_kernel<Ref, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedBytes));
+      }
     }
     const BinRuns runs{bin_runs_.as<std::uint64_t>(), bin_lengths_.as<std::uint32_t>(), bin_bits};
-    const int grid = static_cast<int>(
-        std::min<std::uint64_t>((n + kScatterTile - 1) / kScatterTile, resident_blocks<bin_scatter_kernel<Ref>, kScatterThreads>(sm_count_)));
+    const std::uint64_t tiles = (n + kScatterTile - 1) / kScatterTile;
+    const auto scatter = [&]<bool kStaged, int kShared>() {
+      constexpr auto kKernel = bin_scatter_kernel<Ref, kStaged>;
+      const int grid = static_cast<int>(std::min<std::uint64_t>(tiles, resident_blocks<kKernel, kScatterThreads, kShared>(sm_count_)));
+      launch_blocks(kKernel, grid, kScatterThreads, kShared, n, e, runs, starts_pass, counters_);
+    };
     clock_.begin(stream_, "BinScatter");
-    launch_blocks(bin_scatter_kernel<Ref>, grid, kScatterThreads, 0, n, e, runs, starts_pass, counters_);
+    // One-word keys whose columns start 16-byte aligned have them staged in shared memory (StagedColumns).
+    if constexpr (Ref::key_words == 1) {
+      if (stageable(e.batch)) {
+        scatter.template operator()<true, kStagedBytes>();
+      } else {
+        scatter.template operator()<false, 0>();
+      }
+    } else {
+      scatter.template operator()<false, 0>();
+    }
     clock_.end(stream_);
     clock_.begin(stream_, "GroupBins");
     launch_blocks(group_bins_kernel<Ref>, 1 << bin_bits, kBinThreads, kTableBytes, e, runs, counters_);

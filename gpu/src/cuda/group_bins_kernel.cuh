@@ -4,7 +4,8 @@
 //
 //   bin_scatter_kernel  every op: validate it, hash its key, and append its bin key to its bin's run (a
 //                       block counts a tile's ops per bin in shared memory, then reserves each bin's share of
-//                       the run with one atomic); and, where PassRunner asks (`starts_pass`), StartPass's
+//                       the run with one atomic; a tile's columns of 8-byte keys are copied into shared memory
+//                       while the tile before is stored); and, where PassRunner asks (`starts_pass`), StartPass's
 //                       work, for which the pass then launches no kernel: clear the grouping entries the last
 //                       pass marked, count the pass's valid writes
 //   group_bins_kernel   every bin, a block each: enter the run's keys in a table of shared memory; an op
@@ -18,6 +19,7 @@
 #pragma once
 
 #include <cub/block/block_scan.cuh>
+#include <cuda_pipeline.h>
 
 #include <cstdint>
 
@@ -38,10 +40,10 @@ constexpr std::uint32_t kBinRunCapacity = kBinSlots / 4 * 3;
 // together (with 16, the kernel took 90 registers and 2 blocks of 256 threads an SM, and waited on memory).
 constexpr int kScatterThreads = 512;
 constexpr int kScatterOps = 8;
-// The rows a thread loads together (OpRow), for keys of `key_words` words. Two ops' rows of 8-byte keys in
-// flight at once: BinScatter 73 -> 67 us a pass of 4M inserts, writes 1.006-1.014x (H100, run 252). More
-// rows, or two of wider keys, take the kernel past its 64 registers, and it spills (four rows of 8-byte keys
-// measured level, eight 0.95x).
+// The rows a thread loads together (OpRow) where the columns are not staged (StagedColumns), for keys of
+// `key_words` words. Two ops' rows of 8-byte keys in flight at once: BinScatter 73 -> 67 us a pass of 4M
+// inserts, writes 1.006-1.014x (H100, run 252). More rows, or two of wider keys, take the kernel past its 64
+// registers, and it spills (four rows of 8-byte keys measured level, eight 0.95x).
 constexpr int scatter_loads(std::uint32_t key_words) { return key_words == 1 ? 2 : 1; }
 constexpr std::uint32_t kScatterTile = kScatterThreads * kScatterOps;
 // Run lengths a cache line apart: the atomics of every tile on them would otherwise queue at a few L2 slices.
@@ -63,10 +65,56 @@ struct BinRuns {
   __device__ std::uint32_t& overflowed(std::uint32_t bin) const { return lengths[bin * kRunLengthStride + 1]; }
 };
 
-template <class Ref>
+// A tile's columns in shared memory (bin_scatter_kernel's staged form, for 8-byte keys): copied in by
+// asynchronous copies issued as soon as the tile before has been read, so that they arrive while that tile
+// is counted, scanned and stored. Loaded into registers instead, a tile's rows were waited for at each op's
+// first use (56% of the kernel's stall samples, run 239), and at most two ops' rows fit in flight. Staged:
+// BinScatter 67 -> 63 us a pass of 4M inserts, other writes 1.003-1.009x (H100, run 280); the kernel is
+// then bound by its instructions and barriers, not by its loads.
+struct StagedColumns {
+  std::uint64_t keys[kScatterTile];
+  std::uint32_t value_lens[kScatterTile];
+  std::uint8_t kinds[kScatterTile];
+  std::uint8_t key_lens[kScatterTile];
+};
+constexpr int kStagedBytes = sizeof(StagedColumns);  // 56 KB: with the kernel's own 38, two blocks an SM
+
+// A pass's columns of one-word keys can be staged where every column it has starts 16-byte aligned (the
+// copies move 16 bytes each): device and pinned allocations are, and so is a pass that begins a multiple of
+// 16 ops into one.
+inline bool stageable(const BatchRef& b) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; };
+  return aligned(b.ops) && aligned(b.keys) && aligned(b.key_lens) && (b.value_lens == nullptr || aligned(b.value_lens));
+}
+
+// This thread's share of the copies of `bytes` bytes from `from` to `to`, 16 at a time; the last copy reads
+// only the bytes left and fills the rest with zeros.
+__device__ __forceinline__ void stage_column(void* to, const void* from, std::uint32_t bytes) {
+  for (std::uint32_t at = threadIdx.x * 16; at < bytes; at += kScatterThreads * 16) {
+    const std::uint32_t left = bytes - at;
+    __pipeline_memcpy_async(static_cast<char*>(to) + at, static_cast<const char*>(from) + at, 16, left < 16 ? 16 - left : 0);
+  }
+}
+
+// Starts the copies of the columns of the tile at `tile` (the ops from there up to n).
+__device__ __forceinline__ void stage_tile(StagedColumns& s, const BatchRef& b, std::uint64_t tile, std::uint64_t n) {
+  const auto ops = static_cast<std::uint32_t>(n - tile < kScatterTile ? n - tile : kScatterTile);
+  stage_column(s.kinds, b.ops + tile, ops);
+  stage_column(s.key_lens, b.key_lens + tile, ops);
+  stage_column(s.keys, b.keys + tile * 8, ops * 8);
+  if (b.value_lens != nullptr) stage_column(s.value_lens, b.value_lens + tile, ops * 4);
+  __pipeline_commit();
+}
+
+// kStaged: the tiles' columns staged in shared memory (StagedColumns, stageable()), which the launch gives
+// as kStagedBytes of dynamic shared memory; else each thread loads its ops' rows itself.
+template <class Ref, bool kStaged>
 __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::uint64_t n, Engine<Ref> e, BinRuns runs,
                                                                          bool starts_pass, Counters* counters) {
+  static_assert(!kStaged || Ref::key_words == 1, "StagedColumns holds one-word keys");
   using Scan = cub::BlockScan<std::uint32_t, kScatterThreads>;
+  extern __shared__ uint4 dynamic_shared[];
+  StagedColumns& columns = *reinterpret_cast<StagedColumns*>(dynamic_shared);
   __shared__ std::uint32_t tile_count[1 << kMaxBinBits];  // the tile's keys per bin
   __shared__ std::uint32_t tile_first[1 << kMaxBinBits];  // where a bin's keys begin in `staged`
   __shared__ std::uint32_t run_at[1 << kMaxBinBits];      // where they go in the bin's run
@@ -92,44 +140,62 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
   std::uint32_t counts = 0;
   const std::uint32_t bins = std::uint32_t{1} << runs.bin_bits;
   const std::uint32_t bin_of_thread = threadIdx.x;  // past the last bin: none
-  for (std::uint64_t tile = std::uint64_t{blockIdx.x} * kScatterTile; tile < n;
-       tile += std::uint64_t{gridDim.x} * kScatterTile) {
+  const std::uint64_t tile_stride = std::uint64_t{gridDim.x} * kScatterTile;
+  if constexpr (kStaged) stage_tile(columns, e.batch, std::uint64_t{blockIdx.x} * kScatterTile, n);
+  for (std::uint64_t tile = std::uint64_t{blockIdx.x} * kScatterTile; tile < n; tile += tile_stride) {
     if (bin_of_thread < bins) tile_count[bin_of_thread] = 0;
+    if constexpr (kStaged) __pipeline_wait_prior(0);  // this thread's copies of the tile's columns
     __syncthreads();
-    // The rows of the thread's ops, kScatterLoads at a time, are loaded before any of them is used, so that
-    // their loads are in flight together: where each op's hash and store to group_of came before the next
-    // op's loads, the compiler issued the loads one op after the other, a memory round trip an op (Nsight
-    // Compute, run 239).
     std::uint64_t key[kScatterOps];
     std::uint32_t place[kScatterOps];
-    constexpr int kScatterLoads = scatter_loads(Ref::key_words);
-#pragma unroll
-    for (int group = 0; group < kScatterOps; group += kScatterLoads) {
-      OpRow row[kScatterLoads];
-#pragma unroll
-      for (int i = 0; i < kScatterLoads; ++i) {
-        const std::uint64_t op = tile + static_cast<std::uint64_t>(group + i) * kScatterThreads + threadIdx.x;
-        if (op < n) row[i] = load_row(e, op);
+    // The thread's j-th op of the tile, whose row is loaded: validated, its bin key worked out, and counted
+    // in its bin.
+    const auto enter = [&](int j, const OpRow& row) {
+      const std::uint64_t op = tile + static_cast<std::uint64_t>(j) * kScatterThreads + threadIdx.x;
+      const bool valid = op < n && e.batch.valid_row(row.kind, row.key.len, row.value_len);
+      key[j] = valid ? bin_key(hash_key(row.key, e.table.key_words), op, runs.bin_bits) : kNoBinKey;
+      if (valid) {
+        counts += write_counts(row.kind);
+        e.pass.group_of[op] = kUngrouped;
+        place[j] = atomicAdd(&tile_count[runs.bin_of(key[j])], 1u);
+      } else if (op < n) {
+        refuse_malformed(e, op);
       }
-      if constexpr (kScatterLoads > 1) {
-        asm volatile("" ::: "memory");  // the compiler moves none of these loads below this line
-      }
+    };
+    if constexpr (kStaged) {
 #pragma unroll
-      for (int i = 0; i < kScatterLoads; ++i) {
-        const int j = group + i;
-        const std::uint64_t op = tile + static_cast<std::uint64_t>(j) * kScatterThreads + threadIdx.x;
-        const bool valid = op < n && e.batch.valid_row(row[i].kind, row[i].key.len, row[i].value_len);
-        key[j] = valid ? bin_key(hash_key(row[i].key, e.table.key_words), op, runs.bin_bits) : kNoBinKey;
-        if (valid) {
-          counts += write_counts(row[i].kind);
-          e.pass.group_of[op] = kUngrouped;
-          place[j] = atomicAdd(&tile_count[runs.bin_of(key[j])], 1u);
-        } else if (op < n) {
-          refuse_malformed(e, op);
+      for (int j = 0; j < kScatterOps; ++j) {
+        const std::uint32_t at = j * kScatterThreads + threadIdx.x;
+        const bool has_values = e.batch.value_lens != nullptr;
+        enter(j, OpRow{columns.kinds[at], load_key(reinterpret_cast<const std::uint8_t*>(&columns.keys[at]), columns.key_lens[at], 1),
+                       has_values ? columns.value_lens[at] : 0});
+      }
+    } else {
+      // The rows of the thread's ops, kScatterLoads at a time, are loaded before any of them is used, so that
+      // their loads are in flight together: where each op's hash and store to group_of came before the next
+      // op's loads, the compiler issued the loads one op after the other, a memory round trip an op (Nsight
+      // Compute, run 239).
+      constexpr int kScatterLoads = scatter_loads(Ref::key_words);
+#pragma unroll
+      for (int group = 0; group < kScatterOps; group += kScatterLoads) {
+        OpRow row[kScatterLoads];
+#pragma unroll
+        for (int i = 0; i < kScatterLoads; ++i) {
+          const std::uint64_t op = tile + static_cast<std::uint64_t>(group + i) * kScatterThreads + threadIdx.x;
+          if (op < n) row[i] = load_row(e, op);
         }
+        if constexpr (kScatterLoads > 1) {
+          asm volatile("" ::: "memory");  // the compiler moves none of these loads below this line
+        }
+#pragma unroll
+        for (int i = 0; i < kScatterLoads; ++i) enter(group + i, row[i]);
       }
     }
     __syncthreads();
+    // Every thread has read its rows: the next tile's columns may come in while this one is stored.
+    if constexpr (kStaged) {
+      if (tile + tile_stride < n) stage_tile(columns, e.batch, tile + tile_stride, n);
+    }
     // Each bin's share: its place among the tile's keys, and in its run (one atomic a bin).
     const std::uint32_t count = bin_of_thread < bins ? tile_count[bin_of_thread] : 0;
     std::uint32_t first = 0, total = 0;

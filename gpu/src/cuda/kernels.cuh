@@ -204,12 +204,13 @@ __global__ void copy_counters_kernel(const Counters* counters, Counters* to) {
 
 // Blocks of a kernel that fit on the device at once: the grid of a grid-stride launch. Computed once per
 // kernel (the kernel is the template argument, so kernels of one signature get separate answers), for
-// blocks of `kThreads` threads.
-template <auto Kernel, int kThreads = kBlockThreads>
+// blocks of `kThreads` threads with `kShared` bytes of dynamic shared memory (which the kernel's attribute
+// must allow first).
+template <auto Kernel, int kThreads = kBlockThreads, int kShared = 0>
 int resident_blocks(int sm_count) {
   static const int per_sm = [] {
     int blocks = 0;
-    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kThreads, 0));
+    GPUKV_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, Kernel, kThreads, kShared));
     return std::max(1, blocks);
   }();
   return per_sm * sm_count;
