@@ -131,8 +131,15 @@ __global__ void __launch_bounds__(kBlockThreads, min_blocks<F>()) for_each_kerne
 // passes under group probing, the only probing a line has). A kernel apart, not a branch in one kernel: with
 // both walk loops in one kernel, board inserts, which never read from L2, ran 5% slower (bench/RESULTS.md,
 // "a line's new keys published in the pass").
+// A line's insert kernel (Walk::kLineFromL2) fits 3 blocks an SM, at 71 registers: inserts 1.016-1.029x at
+// loads 0.5-0.95 against 4 blocks at 64 registers, where it was tuned with the other walks (H100, run 284;
+// why is not pinned down: its SASS went from 3536 instructions to 3504 only, and no spills either way). At
+// 5 blocks (48 registers) it spilled and ran 0.78x.
+#ifndef GPUKV_INSERT_MIN_BLOCKS
+#define GPUKV_INSERT_MIN_BLOCKS 3
+#endif
 template <class Ref, Walk kWalk>
-__global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
+__global__ void __launch_bounds__(kBlockThreads, kWalk == Walk::kLineFromL2 ? GPUKV_INSERT_MIN_BLOCKS : GPUKV_PROBE_MIN_BLOCKS)
     stash_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
   constexpr bool kFromL2 = kWalk == Walk::kLineFromL2;
