@@ -105,10 +105,15 @@ class Model {
   // Runs ops on the table, replays them on the model and checks every result. A kFull answer is accepted
   // only for a write of a new key in a batch whose new keys could have filled the table (which of them get
   // room is a race between concurrent ops); the op must then have changed nothing, as the model does.
-  void run(Table& table, const std::vector<Op>& ops) {
+  // `malformed(i)`, where given, picks ops that carry a value and are made malformed first (a value length
+  // past the value width): each must be answered kInvalid and change nothing.
+  void run(Table& table, const std::vector<Op>& ops, const std::function<bool(std::size_t)>& malformed = {}) {
     Columns cols(table, ops);
+    for (std::size_t i = 0; malformed && i < ops.size(); ++i) {
+      if (malformed(i)) cols.raw_value_lens()[i] = table.config().value_width + 1;
+    }
     table.execute(cols.in(), cols.out());
-    check(cols, ops);
+    check(cols, ops, malformed);
     if (testing::Test::HasFatalFailure()) return;
     const TableStats stats = table.stats();
     ASSERT_EQ(total_items(stats), map_.size()) << "the table's live-key count drifted from the model";

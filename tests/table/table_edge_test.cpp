@@ -401,14 +401,8 @@ TEST_P(TableEdgeTest, PassesAlignedOrNotGroupTheSame) {
   Table table(c);
   Model model(table.stats().device.max_items);
   const std::vector<Op> ops = mixed_ops(n, 0x4F1BBCDCBFA53E0Bull, [](std::uint64_t x) { return "k" + std::to_string(x % 300000); });
-  // A write's value longer than the width, at every 1001st place from 5 that holds one.
-  const auto malformed = [&](std::size_t i) { return i % 1001 == 5 && carries_value(ops[i].kind); };
-  Columns cols(table, ops);
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (malformed(i)) cols.raw_value_lens()[i] = 9;
-  }
-  table.execute(cols.in(), cols.out());
-  model.check(cols, ops, malformed);
+  // Malformed: the write with a value at every 1001st place from 5 that holds one.
+  model.run(table, ops, [&](std::size_t i) { return i % 1001 == 5 && carries_value(ops[i].kind); });
   if (HasFatalFailure()) return;
   EXPECT_GT(table.stats().conflict_ops, 0u);
   model.check_contents(table);
@@ -433,16 +427,10 @@ TEST_P(TableEdgeTest, PassesReadOnlyTheGroupEntriesTheyStore) {
   // `malformed_from` that holds a write with a value.
   const auto joined_and_malformed = [&](std::uint64_t seed, int malformed_from) {
     const std::vector<Op> ops = mixed_ops(n, seed, [&](std::uint64_t x) { return key('k', x % (n / 4)); });
-    const auto malformed = [&](std::size_t i) {
+    model.run(table, ops, [&](std::size_t i) {
       const int at = static_cast<int>(i) - malformed_from;
       return at >= 0 && at % 1000 == 0 && carries_value(ops[i].kind);
-    };
-    Columns cols(table, ops);
-    for (std::size_t i = 0; i < ops.size(); ++i) {
-      if (malformed(i)) cols.raw_value_lens()[i] = 9;
-    }
-    table.execute(cols.in(), cols.out());
-    model.check(cols, ops, malformed);
+    });
   };
   joined_and_malformed(0x853C49E6748FEA9Bull, 0);
   if (HasFatalFailure()) return;
