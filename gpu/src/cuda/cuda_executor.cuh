@@ -75,19 +75,17 @@ class CudaExecutor {
 
   // ExecuteOp with one walk per lane (Stash) or with collaborative lanes (clStash), as `policy` decides, in
   // the kernels built for the table's layout (Walk).
+  // Each kernel is a step of its own on the step clock (ExecuteOp.<kernel>), idle ones included.
   template <class Ref>
   void execute(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
     if (n == 0) return;
-    clock_.begin(stream_, ExecuteOp<Ref>::kName);
     if constexpr (Ref::kProbing == Probing::kGroup) {  // the only probing a line has
       if (!f.e.table.slots_own_sectors()) {
         execute_walks<Walk::kLine>(n, f, policy);
-        clock_.end(stream_);
         return;
       }
     }
     execute_walks<Walk::kAny>(n, f, policy);
-    clock_.end(stream_);
   }
 
   template <Walk kWalk, class Ref>
@@ -113,37 +111,40 @@ class CudaExecutor {
       // a second DRAM access would bring (line hits at loads 0.8-0.95 1.05-1.06x, H100 run 192); a miss
       // needs the ticket word only, and lost up to 20% to the fetch (run 149).
       if (policy.lookups_miss) {
-        launch_probing<lookup_kernel<Ref, kWalk>>(n, f, policy, needed);
+        launch_probing<lookup_kernel<Ref, kWalk>>("ExecuteOp.lookup", n, f, policy, needed);
       } else if constexpr (kWalk == Walk::kLine) {
-        launch_probing<lookup_kernel<Ref, kWalk, true>>(n, f, policy, stash_grid);
+        launch_probing<lookup_kernel<Ref, kWalk, true>>("ExecuteOp.lookup", n, f, policy, stash_grid);
       } else {
-        launch_probing<lookup_kernel<Ref, kWalk>>(n, f, policy, stash_grid);
+        launch_probing<lookup_kernel<Ref, kWalk>>("ExecuteOp.lookup", n, f, policy, stash_grid);
       }
     }
-    if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, kWalk>>(n, f, policy, needed);
+    if (policy.mode != LaneMode::kClStash) launch_probing<stash_kernel<Ref, kWalk>>("ExecuteOp.stash", n, f, policy, needed);
     if (policy.mode == LaneMode::kAuto || policy.mode == LaneMode::kClStash) {
-      launch_probing<clstash_kernel<Ref, kWalk>>(n, f, policy, needed);
+      launch_probing<clstash_kernel<Ref, kWalk>>("ExecuteOp.clstash", n, f, policy, needed);
     }
     // A mixed pass split by kind (LanePolicy::kinds_apart). A line's PUTs compare from L2, and so publish their
     // new keys in the pass: with compares through L1, FinishPass publishing them took 0.74 ms per 17 mixed
     // passes of a line at load 0.5, of the 0.94 it took for clStash's deletes and new keys, and mixed passes
     // gained 1.4-3.4% where they gain 2.4-6.8% (H100, run 258).
     if (policy.kinds_apart) {
-      launch_probing<split_kernel<Ref, kWalk, false>>(n, f, policy, needed);
+      launch_probing<split_kernel<Ref, kWalk, false>>("ExecuteOp.split_others", n, f, policy, needed);
       constexpr Walk kPutsWalk = kWalk == Walk::kLine ? Walk::kLineFromL2 : kWalk;
-      launch_probing<split_kernel<Ref, kPutsWalk, true>>(n, f, policy, needed);
+      launch_probing<split_kernel<Ref, kPutsWalk, true>>("ExecuteOp.split_puts", n, f, policy, needed);
     }
     if constexpr (kWalk == Walk::kLine) {
       // A line's passes of inserts (Engine::compares_in_l2), if the pass before was one too.
-      if (f.e.pass.inserts_expected) launch_probing<stash_kernel<Ref, Walk::kLineFromL2>>(n, f, policy, needed);
+      if (f.e.pass.inserts_expected) launch_probing<stash_kernel<Ref, Walk::kLineFromL2>>("ExecuteOp.inserts", n, f, policy, needed);
     }
   }
 
-  // One probing kernel over a grid of resident blocks.
+  // One probing kernel over a grid of resident blocks, timed as step `name`.
   template <auto Kernel, class Ref>
-  void launch_probing(std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy, std::uint64_t needed) {
+  void launch_probing(const char* name, std::uint64_t n, const ExecuteOp<Ref>& f, const LanePolicy& policy,
+                      std::uint64_t needed) {
     const int grid = static_cast<int>(std::min<std::uint64_t>(needed, resident_blocks<Kernel>(sm_count_)));
+    clock_.begin(stream_, name);
     launch(Kernel, grid, n, f, policy, counters_);
+    clock_.end(stream_);
   }
 
   void zero(void* p, std::uint64_t bytes) {

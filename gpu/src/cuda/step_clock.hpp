@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,14 +27,23 @@ class StepClock {
     for (auto& p : pool_) cudaEventDestroy(p);
   }
 
-  // Prints the steps since the last report and starts over.
+  // Prints the steps since the last report and starts over. A step named `step.part` (one kernel of a step
+  // that launches several) is printed as it is and summed into `step`, which earlier reports printed whole.
   void report(std::uint64_t ops) {
     if (!on_) return;
     collect();
+    std::map<std::string, Total> steps = totals_;
+    for (const auto& [name, t] : totals_) {
+      const std::size_t dot = name.find('.');
+      if (dot == std::string::npos) continue;
+      Total& whole = steps[name.substr(0, dot)];
+      whole.ms += t.ms;
+      whole.calls = std::max(whole.calls, t.calls);
+    }
     double total = 0;
     std::string line;
-    for (const auto& [name, t] : totals_) {
-      total += t.ms;
+    for (const auto& [name, t] : steps) {
+      if (name.find('.') == std::string::npos) total += t.ms;
       char buf[96];
       std::snprintf(buf, sizeof buf, " %s=%.3fms/%llu", name.c_str(), t.ms, static_cast<unsigned long long>(t.calls));
       line += buf;
