@@ -159,6 +159,8 @@ inline TableStats make_stats(const Geometry& g, const Counters& c, const PassSta
   s.conflict_ops = p.conflict_ops;
   s.cleanups = p.cleanups;
   s.cleanups_skipped = p.cleanups_skipped;
+  s.optimistic_passes = p.optimistic_passes;
+  s.optimistic_failures = p.optimistic_failures;
   return s;
 }
 

@@ -58,6 +58,15 @@ const char* to_string(LaneMode mode) {
   return "unknown";
 }
 
+const char* to_string(OptimisticInserts mode) {
+  switch (mode) {
+    case OptimisticInserts::kAuto: return "auto";
+    case OptimisticInserts::kOff: return "off";
+    case OptimisticInserts::kAlways: return "always";
+  }
+  return "unknown";
+}
+
 bool Table::gpu_available() { return detail::gpu_present(); }
 
 void Table::check(const TableConfig& config) { static_cast<void>(detail::make_geometry(config)); }

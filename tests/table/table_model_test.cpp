@@ -35,6 +35,11 @@ struct ModelCase {
   // one of inserts publishes new keys while it runs and compares keys from L2 (Engine::compares_in_l2),
   // where other passes leave them to FinishPass.
   bool write_batches = false;
+  // Runs of three batches of PUTs alone, mostly of new keys, some of keys the table holds or the batch
+  // repeats: on the GPU, passes that run optimistically (TableConfig::optimistic_inserts) and passes whose
+  // optimistic run fails and is run again, grouped.
+  bool put_batches = false;
+  OptimisticInserts optimistic = OptimisticInserts::kAuto;
 };
 
 std::string case_name(const ModelCase& c) {
@@ -45,7 +50,8 @@ std::string case_name(const ModelCase& c) {
          (c.order_host ? "" : "_unordered") +
          (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "") +
          (c.layout != SlotLayout::kBoard ? std::string("_") + to_string(c.layout) : "") +
-         (c.write_batches ? "_writebatches" : "");
+         (c.write_batches ? "_writebatches" : "") + (c.put_batches ? "_putbatches" : "") +
+         (c.optimistic != OptimisticInserts::kAuto ? std::string("_optimistic") + to_string(c.optimistic) : "");
 }
 std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
 // How gtest prints a case (its default dumps the struct's bytes, padding included).
@@ -76,6 +82,7 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   config.order_host = c.order_host;
   config.host_phase_threads = c.host_phase_threads;
   config.slot_layout = c.layout;
+  config.optimistic_inserts = c.optimistic;
   Table table(config);
   const std::uint64_t max_items = total_max_items(table.stats());
   Model model(max_items);
@@ -102,9 +109,10 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
     // writes alone that write_batches asks for, and every fourth batch while draining, which has no PUT of
     // either kind (on the GPU its deletes settle their slots in their pass: Engine::commit).
     const bool writes_only = c.write_batches && batch_no % 6 < 3;
-    const bool no_puts = !filling && batch_no % 4 == 3;
-    const double put = no_puts ? 0.0 : writes_only ? 0.85 : filling ? 0.55 : 0.20, pia = no_puts ? 0.0 : 0.10,
-                 get = writes_only ? 0.0 : filling ? 0.25 : 0.35;
+    const bool puts_only = c.put_batches && batch_no % 6 < 3;
+    const bool no_puts = !puts_only && !filling && batch_no % 4 == 3;
+    const double put = puts_only ? 1.0 : no_puts ? 0.0 : writes_only ? 0.85 : filling ? 0.55 : 0.20,
+                 pia = puts_only || no_puts ? 0.0 : 0.10, get = puts_only || writes_only ? 0.0 : filling ? 0.25 : 0.35;
     const std::uint32_t size_class = gen.next(10);
     const std::uint64_t n = size_class == 0 ? 1 : size_class < 4 ? 1 + gen.next(64) : 1 + gen.next(4096);
     std::vector<Op> ops;
@@ -145,6 +153,15 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
     // tells keys apart.
     EXPECT_GT(stats.host_avoided, 0u);
   }
+  if (c.put_batches && c.backend == BackendKind::kGpu && c.layout == SlotLayout::kLine && c.key_width == 8 &&
+      c.value_width <= 16 && c.host_capacity == 0 && c.optimistic != OptimisticInserts::kOff) {
+    // Passes ran optimistically, and some of them (a key the table held, or one the batch repeated) failed
+    // and ran again; the model checks above say that either way every answer was batch order's.
+    EXPECT_GT(stats.optimistic_passes, stats.optimistic_failures) << "no pass ran optimistically to its end";
+    EXPECT_GT(stats.optimistic_failures, 0u) << "no optimistic pass failed";
+  }
+  testing::Test::RecordProperty("optimistic_passes", std::to_string(stats.optimistic_passes));
+  testing::Test::RecordProperty("optimistic_failures", std::to_string(stats.optimistic_failures));
 }
 
 class TableModelTest : public testing::TestWithParam<ModelCase> {
@@ -210,6 +227,26 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
     ModelCase writes{backend, key_width, 8, 8, Probing::kGroup, 20000, ops(400000)};
     writes.write_batches = true;
     lined(writes);
+  }
+  // Batches of PUTs alone in a line of 8-byte keys and values: on the GPU, optimistic passes (kAuto after a
+  // pass of new keys, kAlways for every pass of PUTs), and the same batches never optimistic; small passes;
+  // a load factor of 1.0, whose fill meets passes with no room for all their keys; 16-byte keys, which never
+  // run optimistically.
+  for (OptimisticInserts mode : {OptimisticInserts::kAuto, OptimisticInserts::kAlways, OptimisticInserts::kOff}) {
+    ModelCase puts{backend, 8, 8, 8, Probing::kGroup, 20000, ops(400000)};
+    puts.put_batches = true;
+    puts.optimistic = mode;
+    lined(puts);
+  }
+  {
+    ModelCase small{backend, 8, 8, 8, Probing::kGroup, 3000, ops(200000), /*max_batch=*/97, 0, /*max_load=*/1.0};
+    small.put_batches = true;
+    small.optimistic = OptimisticInserts::kAlways;
+    lined(small);
+    ModelCase wide{backend, 16, 8, 8, Probing::kGroup, 4000, ops(150000)};
+    wide.put_batches = true;
+    wide.optimistic = OptimisticInserts::kAlways;
+    lined(wide);
   }
   if (backend == BackendKind::kGpu) {
     // Each lane schedule of the GPU's probing step on its own for the whole sequence (kSplit: every mixed pass

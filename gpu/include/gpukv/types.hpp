@@ -68,9 +68,18 @@ inline constexpr std::uint32_t kMinLineSlots = 3;
 // does any pass of a kLine tier that follows a pass of new keys. The CPU backend has no lanes and ignores it.
 enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash, kSplit };
 
+// Whether the GPU may run a pass whose ops are all PUTs without grouping them by key first (an optimistic
+// pass; on a kLine tier of one-word keys and values of 16 bytes or less, with no host tier). Each PUT inserts
+// its key if the table does not hold it; if one finds its key present (a key the pass repeats, or one
+// inserted before), the keys the pass inserted are taken out again and the pass runs again, grouped, so the
+// results are always those of batch order. kAuto runs a pass optimistically where the pass before it only
+// inserted new keys; kAlways tries every pass (for tests); kOff never. The CPU backend ignores it.
+enum class OptimisticInserts : std::uint8_t { kAuto, kOff, kAlways };
+
 const char* to_string(BackendKind kind);
 const char* to_string(Probing probing);
 const char* to_string(LaneMode mode);
+const char* to_string(OptimisticInserts mode);
 const char* to_string(SlotLayout layout);
 
 struct TableConfig {
@@ -99,6 +108,7 @@ struct TableConfig {
   BackendKind backend = BackendKind::kAuto;
   LaneMode lanes = LaneMode::kAuto;
   double clstash_load = -1;            // hybrid switch load; < 0: the measured default for the probing scheme
+  OptimisticInserts optimistic_inserts = OptimisticInserts::kAuto;
   std::uint32_t max_batch = 1 << 22;   // ops per pass; larger batches run as consecutive passes, in order
   unsigned cpu_threads = 0;            // CPU backend worker threads; 0 = hardware concurrency
   int gpu_device = 0;                  // CUDA device ordinal for the GPU backend
@@ -166,6 +176,8 @@ struct TableStats {
   std::uint64_t conflict_ops = 0;     // ops that shared their key with another op of the same pass
   std::uint64_t cleanups = 0;         // tombstone clean-ups run
   std::uint64_t cleanups_skipped = 0; // clean-ups that found no memory for the displaced keys (retried later)
+  std::uint64_t optimistic_passes = 0;    // passes run without grouping (TableConfig::optimistic_inserts)
+  std::uint64_t optimistic_failures = 0;  // of those, passes taken back and run again, grouped
 };
 
 // Errors the table's host API throws. Device code never throws; it reports per-operation statuses.

@@ -92,6 +92,12 @@ class CudaExecutor {
   void execute_walks(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     if constexpr (kWalk == Walk::kLine) {
+      if constexpr (Ref::key_words == 1) {
+        if (f.e.pass.optimistic) {  // its kernel alone (PassRef::optimistic: one-word keys only)
+          launch_probing<optimistic_kernel<Ref>>("ExecuteOp.optimistic", n, f, policy, needed);
+          return;
+        }
+      }
       // Under kAuto, a line's pass after one of inserts runs in Stash lanes, whatever it turns out to hold: the
       // clStash kernel, which would return at once in a pass of inserts, is not launched. A mixed pass then
       // runs in the Stash kernel once; the pass after it expects its mix.
@@ -178,23 +184,11 @@ class CudaExecutor {
 
   // Grouping in bins (detail/batch_groups.hpp, group_bins_kernel.cuh): every op's bin key appended to its
   // bin's run, a block per bin that groups the run in shared memory, and the ops of any bin whose run
-  // overflowed grouped apart. The runs (50 MB) are allocated at the first pass that needs them.
+  // overflowed grouped apart. The runs (50 MB) are reserved beforehand (reserve_bins).
   // `starts_pass`: the first kernel does StartPass's work too (PassRunner launched none).
   template <class Ref>
   void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits, bool starts_pass) {
-    constexpr int kTableBytes = kBinSlots * sizeof(std::uint32_t);
-    if (bin_runs_.empty()) {
-      GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no kernel still reading what the allocation may move
-      bin_runs_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kBinRunCapacity * sizeof(std::uint64_t), "grouping bins");
-      bin_lengths_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kRunLengthStride * sizeof(std::uint32_t), "grouping bins");
-      GPUKV_CUDA_CHECK(cudaMemset(bin_lengths_.data(), 0, bin_lengths_.bytes()));
-      // The attributes belong to the device the executor runs on.
-      GPUKV_CUDA_CHECK(cudaFuncSetAttribute(group_bins_kernel<Ref>, cudaFuncAttributeMaxDynamicSharedMemorySize, kTableBytes));
-      if constexpr (Ref::key_words == 1) {
-        GPUKV_CUDA_CHECK(
-            cudaFuncSetAttribute(bin_scatter_kernel<Ref, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedBytes));
-      }
-    }
+    reserve_bins<Ref>();
     const BinRuns runs{bin_runs_.as<std::uint64_t>(), bin_lengths_.as<std::uint32_t>(), bin_bits};
     const std::uint64_t tiles = (n + kScatterTile - 1) / kScatterTile;
     const auto scatter = [&]<bool kStaged, int kShared>() {
@@ -215,9 +209,27 @@ class CudaExecutor {
     }
     clock_.end(stream_);
     clock_.begin(stream_, "GroupBins");
-    launch_blocks(group_bins_kernel<Ref>, 1 << bin_bits, kBinThreads, kTableBytes, e, runs, counters_);
+    launch_blocks(group_bins_kernel<Ref>, 1 << bin_bits, kBinThreads, kBinTableBytes, e, runs, counters_);
     clock_.end(stream_);
     for_each(n, GroupOverflowOp<Ref>{e, runs});
+  }
+
+  // The runs of grouping in bins (50 MB) and the kernels' shared memory, for a table whose passes may be
+  // grouped in bins: GpuBackend reserves them with the scratch of a pass that large, rather than at the first
+  // pass grouped in bins, which may come calls later (after a fill of optimistic passes) and would pay for it.
+  template <class Ref>
+  void reserve_bins() {
+    if (!bin_runs_.empty()) return;
+    GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_));  // no kernel still reading what the allocation may move
+    bin_runs_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kBinRunCapacity * sizeof(std::uint64_t), "grouping bins");
+    bin_lengths_ = GpuBuffer((std::uint64_t{1} << kMaxBinBits) * kRunLengthStride * sizeof(std::uint32_t), "grouping bins");
+    GPUKV_CUDA_CHECK(cudaMemset(bin_lengths_.data(), 0, bin_lengths_.bytes()));
+    // The attributes belong to the device the executor runs on.
+    GPUKV_CUDA_CHECK(cudaFuncSetAttribute(group_bins_kernel<Ref>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBinTableBytes));
+    if constexpr (Ref::key_words == 1) {
+      GPUKV_CUDA_CHECK(
+          cudaFuncSetAttribute(bin_scatter_kernel<Ref, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kStagedBytes));
+    }
   }
 
   // In place (CUB's scan allows the output to be the input). Only clean-ups use it, so its scratch is
@@ -271,6 +283,8 @@ class CudaExecutor {
     GPUKV_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     return major;
   }
+
+  static constexpr int kBinTableBytes = kBinSlots * sizeof(std::uint32_t);  // group_bins_kernel's table
 
   // Launches a kernel of kBlockThreads-thread blocks on the stream. From compute capability 9.0 its blocks
   // may start while the kernel before it drains: each waits for it first (wait_for_earlier_kernels).

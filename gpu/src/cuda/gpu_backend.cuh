@@ -57,7 +57,7 @@ class GpuBackend final : public Backend {
                 exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load,
-                copy_lanes(g.value_stride)) {
+                copy_lanes(g.value_stride), config.optimistic_inserts) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
     // line layout the tickets are among them.
     if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());
@@ -228,6 +228,7 @@ class GpuBackend final : public Backend {
       pending_ = GpuBuffer(bytes.pending, "pass results");
       exec_.zero(pending_.data(), pending_.bytes());  // kNothingPending
       host_queue_ = GpuBuffer(bytes.host_queue, "host-tier ops");
+      if (group_bin_bits(group_entries(n)) != 0) exec_.template reserve_bins<Ref>();
       scratch_ops_ = n;
     }
     return PassScratch{groups_.as<std::uint32_t>(), group_of_.as<std::uint32_t>(), conflicts_.as<std::uint64_t>(),

@@ -172,6 +172,32 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
   flush_tally(tally, counters);
 }
 
+// An optimistic pass (PassRef::optimistic): its PUTs, with no grouping before them, one per thread
+// (ExecuteOp::try_optimistic). Built as a line's insert kernel is, at 3 blocks an SM. A try that must be
+// made again (it met a claim another op has not finished) is made in the warp's next round, after a
+// __syncwarp: the op it waits for may be another lane of the warp, and a lane looping on its own could hold
+// that lane at the loop's reconvergence before its store. Every lane runs the warp's rounds, its ops taken
+// a warp at a time, so that no lane leaves the loop before the others.
+template <class Ref>
+__global__ void __launch_bounds__(kBlockThreads, GPUKV_INSERT_MIN_BLOCKS)
+    optimistic_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy, Counters* counters) {
+  wait_for_earlier_kernels();
+  if (!f.optimistic_ready()) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) f.fail_optimistic();
+    return;
+  }
+  Tally tally;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * kBlockThreads;
+  for (std::uint64_t op = std::uint64_t{blockIdx.x} * kBlockThreads + threadIdx.x; op - threadIdx.x % 32 < n; op += stride) {
+    bool pending = op < n;
+    while (__any_sync(0xFFFFFFFFu, pending)) {
+      if (pending) pending = !f.try_optimistic(op, tally);
+      __syncwarp();
+    }
+  }
+  flush_tally(tally, counters);
+}
+
 // A pass without writes under Stash lanes: one lookup per thread, in a kernel of its own whose registers are
 // a lookup's only, so that more of its warps can be resident (H100, run 141: passes of misses 1.02-1.11x
 // with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4). kFetchLine: each lookup's

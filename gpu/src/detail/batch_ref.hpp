@@ -81,6 +81,10 @@ struct Counters {
   unsigned long long group_overflow;  // this pass: a bin's ops did not fit its run (GroupBins), and are grouped apart
   unsigned long long found;       // this pass: GETs of a pass without writes that found their key (the GPU's lookup kernel)
   unsigned long long host_queued;  // this pass: ops left to the host phase
+  // This pass, optimistic (PassRef::optimistic): it met an op it does not run (a key it holds, an op other
+  // than a PUT) or could not begin (no room for every op): PassRunner takes out what it inserted and runs
+  // it again, grouped.
+  unsigned long long optimistic_failed;
   unsigned long long extracted;   // clean-up: keys copied out for reinsertion
   unsigned long long lost;        // clean-up: extracted keys that could not be re-placed (must stay 0)
   // Passes queued ahead of the host (PassRunner::run, BeginPass): the grouping-table entries of the last
@@ -202,6 +206,8 @@ struct PassRef {
   // kernel that compares from L2 is launched for this pass too, and runs it if every op writes
   // (Engine::compares_in_l2).
   bool inserts_expected;
+  // A pass of PUTs run without grouping (TableConfig::optimistic_inserts; ExecuteOp::run_optimistic).
+  bool optimistic;
 
   GPUKV_HD_INLINE bool reserves() const {
 #if defined(__CUDA_ARCH__)

@@ -43,6 +43,11 @@
 //    mixed pass's other ops before its PUTs), it becomes a TOMBSTONE at once (commit, Settle). An overwrite
 //    rewrites only the value, which only the key's own thread reads. Everything else is ordered by kernel
 //    boundaries (on the CPU backend, by the thread pool's join at the end of each step).
+//  * An optimistic pass (PassRef::optimistic: PUTs only, not grouped, on the GPU's line of one-word keys) may
+//    run two ops of one key at once. Only one of them inserts it: each claims an EMPTY ticket of the first
+//    unit holding one, with a CAS that fails if the unit changed, and a walk that meets a claim it cannot
+//    judge yet tries again (settled). Any op whose key is present fails the pass, which is then undone and
+//    run again, grouped (insert_optimistic; PassRunner).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +70,7 @@ struct Location {
   bool in_host = false;            // the walk went on into the host tier (and the hit, if any, is there)
   bool can_claim = false;          // an available device-tier ticket was seen on the probe sequence
   bool to_host = false;            // a device-tier-only walk (step<false>) ended where the host tier must be walked
+  bool unsettled = false;          // an optimistic pass's walk ended at a unit it cannot judge yet (settled)
   std::uint32_t host_avoided = 0;  // host slot reads the info bits ruled out (added to the tally by apply())
 };
 
@@ -231,9 +237,13 @@ struct Engine {
   // rather than a test at every compare: that test, though the same in every lane, halved the lanes active
   // per instruction in the probing loop and cost finds up to 56% (bench/RESULTS.md, "a line's new keys
   // published in the pass"). The host tier, always a board, is walked as Walk::kAny.
-  template <bool kWithHost = true, Walk kWalk = Walk::kAny>
+  // kOptimistic: the walk of an optimistic pass's PUT (insert_optimistic), device tier and kLineFromL2 only.
+  template <bool kWithHost = true, Walk kWalk = Walk::kAny, bool kOptimistic = false>
   GPUKV_HD bool step(Probe& p, Tally& tally) const {
-    if constexpr (kWithHost) {
+    if constexpr (kOptimistic) {
+      static_assert(!kWithHost && kWalk == Walk::kLineFromL2, "an optimistic pass walks a line's device tier");
+      return step_in<false, false, kWalk, true>(table, p, tally);
+    } else if constexpr (kWithHost) {
       // Two instantiations rather than a tier chosen at run time: neither the tiers nor the tally are ever
       // selected by reference, which would move them from registers to local memory.
       return p.at.in_host ? step_in<true, true, Walk::kAny>(host, p, tally)
@@ -257,12 +267,18 @@ struct Engine {
 #endif
   }
 
-  template <bool kHost, bool kWithHost, Walk kWalk>
+  template <bool kHost, bool kWithHost, Walk kWalk, bool kOptimistic = false>
   GPUKV_HD_INLINE bool step_in(const Ref& t, Probe& p, Tally& tally) const {
     if (p.probe >= t.units) return end_of_tier<kWithHost>(p);
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
     const UnitWords u = p.probe == 0 ? p.words : kHost ? UnitWords{t.board.load(word), 0} : load_unit<kWalk>(word);
+    if constexpr (kOptimistic) {
+      if (!settled(word, lanes, u, p)) {
+        p.at.unsettled = true;
+        return true;
+      }
+    }
     const std::uint64_t tickets = u.tickets;
     std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
     if constexpr (kHost) {
@@ -292,7 +308,8 @@ struct Engine {
         return true;
       }
     }
-    if (!kHost && !p.at.can_claim && (Codec::available(tickets) & lanes) != 0) {
+    // An optimistic pass claims EMPTY tickets only (insert_optimistic).
+    if (!kHost && !p.at.can_claim && ((kOptimistic ? Codec::empty(tickets) : Codec::available(tickets)) & lanes) != 0) {
       p.at.can_claim = true;
       p.at.claim_unit = p.unit;
       p.at.claim_probe = p.probe;
@@ -326,6 +343,69 @@ struct Engine {
     return false;
   }
 
+  // Whether an optimistic pass's walk may judge a unit (PassRef::optimistic), where no op's key is alone in
+  // the pass by grouping: another op may be inserting this op's key meanwhile, and its claim shows as a BUSY
+  // ticket, whose key is not known, or as a FULL ticket of the key's code whose slot still holds an EMPTY
+  // slot's zeros (full_claim_code). Each lasts until that op's next store or release; the walk is then tried
+  // again (OptimisticTry::kAgain), and sees that key if it is this op's. A FULL ticket whose slot holds zeros
+  // is a zero key, not a claim, where its code is the zero key's of the length its lengths word gives (a
+  // claim made FULL at once never has that code: full_claim_code); a lengths word read from before the claim
+  // gives length 0, whose zero key's code such a claim never has either, so it only makes the walk wait.
+  GPUKV_HD_INLINE bool settled(std::uint64_t word, std::uint64_t lanes, const UnitWords& u, const Probe& p) const {
+    if ((Codec::match(u.tickets, Codec::kBusy) & lanes) != 0) return false;
+    bool judged = true;
+    for (std::uint64_t m = Codec::match(u.tickets, p.code) & lanes; m != 0; m &= m - 1) {
+      const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
+      if (table.key_words_zero(slot) && p.code != zero_key_code(table.line_key_len(u.lens, slot))) judged = false;
+    }
+    return judged;
+  }
+
+  // An optimistic pass's PUT (PassRef::optimistic; GPU, a line of one-word keys), one try: walks from `p`'s
+  // start and inserts the key (kInserted); or finds the key present (an earlier key, or another op of the
+  // pass inserted it first) or no EMPTY ticket, and changes nothing (kFailed); or changes nothing and must be
+  // tried again, from the start (kAgain): its walk met a unit it cannot judge yet (settled), or another op
+  // took the ticket it claimed, which the next walk then meets. Never waits in a loop of its own: the op it
+  // would wait for may be another lane of its warp, which the kernel lets finish its try first
+  // (optimistic_kernel). The claim takes an EMPTY ticket of the unit where the walk ended, never a
+  // TOMBSTONE, so that a failed pass's undo knows what each claimed ticket was (EraseOptimisticInserts); its
+  // lengths go with the ticket, and the ticket is FULL at once where full_claim_code allows, as in a pass of
+  // inserts. A pass's keys fit the device tier (BeginPass checked), so nothing reserves room.
+  enum class OptimisticTry : std::uint8_t { kInserted, kFailed, kAgain };
+  GPUKV_HD OptimisticTry insert_optimistic(Probe& p, const ValueIn& value, Tally& tally) const {
+    while (!step<false, Walk::kLineFromL2, true>(p, tally)) {
+    }
+    if (p.at.unsettled) return OptimisticTry::kAgain;
+    if (p.at.hit || !p.at.can_claim) return OptimisticTry::kFailed;
+    const std::uint64_t word = table.word_of(p.at.claim_unit);
+    std::uint64_t tickets = p.at.claim_tickets;
+    const int field = Codec::field_of(Codec::empty(tickets) & table.lanes_of(p.at.claim_unit));
+    const std::uint64_t slot = Ref::slot_of(word, field);
+    const std::uint64_t full = full_claim_code(p);
+#if GPUKV_CLAIM_WITH_NEXT
+    std::uint64_t lens = p.words.lens, mask, bits;
+    table.line_lens_bits(slot, SlotLens{p.key.len, value.len}, mask, bits);
+    const bool lens_stored = true;
+    const bool claimed = table.board.claim_with_next(word, field, tickets, lens, mask, bits, full != 0 ? full : Codec::kBusy);
+#else
+    const bool lens_stored = false;
+    const bool claimed = table.board.claim(word, field, tickets, full != 0 ? full : Codec::kBusy);
+#endif
+    if (!claimed) return OptimisticTry::kAgain;
+    tally.items += 1;
+    table.template store_new<true>(slot, p.key, value, lens_stored);
+    if (full == 0) table.board.publish(word, field, p.code);
+    return OptimisticTry::kInserted;
+  }
+
+  // Takes out a key that a failed optimistic pass inserted, at `slot` under FULL `code`: the slot gets an
+  // EMPTY slot's bytes, then its ticket turns EMPTY again, as it was before the claim (insert_optimistic).
+  GPUKV_HD void erase_optimistic(std::uint64_t slot, std::uint64_t code, Tally& tally) const {
+    table.clear_line_slot(slot);
+    table.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), code, Codec::kEmpty);
+    tally.items -= 1;
+  }
+
   // The FULL code with which a new key alone in its pass may claim an EMPTY ticket at once, skipping BUSY and
   // the publish after its slot is written (LensClaim::full_code), or 0 where it may not. A reader in the
   // same kernel that meets the FULL ticket before the slot's bytes reach it reads the bytes of an EMPTY
@@ -338,17 +418,19 @@ struct Engine {
     if constexpr (Ref::key_words != 1) {
       return 0;
     } else {
-      // The zero keys' codes, a byte each by length, at compile time: a shift at run time rather than a hash
-      // of the zero key of the new key's length.
-      constexpr std::uint64_t kOfLengths1To8 = [] {
-        std::uint64_t codes = 0;
-        for (std::uint32_t len = 1; len <= 8; ++len) codes |= Codec::info_code(zero_key_info(len, 1)) << (8 * (len - 1));
-        return codes;
-      }();
-      constexpr std::uint64_t kOfLength0 = Codec::info_code(zero_key_info(0, 1));
-      const std::uint64_t of_length = p.key.len == 0 ? kOfLength0 : (kOfLengths1To8 >> (8 * (p.key.len - 1))) & 0xFF;
-      return pass.copy_later || p.code == of_length || p.code == kOfLength0 ? 0 : p.code;
+      return pass.copy_later || p.code == zero_key_code(p.key.len) || p.code == zero_key_code(0) ? 0 : p.code;
     }
+  }
+  // The code of the one-word zero key of `len` bytes (0 to 8; none, ~0, for longer). The codes, a byte each by length, are worked
+  // out at compile time: a shift at run time rather than a hash of the zero key.
+  GPUKV_HD_INLINE static std::uint64_t zero_key_code(std::uint32_t len) {
+    constexpr std::uint64_t kOfLengths1To8 = [] {
+      std::uint64_t codes = 0;
+      for (std::uint32_t l = 1; l <= 8; ++l) codes |= Codec::info_code(zero_key_info(l, 1)) << (8 * (l - 1));
+      return codes;
+    }();
+    constexpr std::uint64_t kOfLength0 = Codec::info_code(zero_key_info(0, 1));
+    return len == 0 ? kOfLength0 : len <= 8 ? (kOfLengths1To8 >> (8 * (len - 1))) & 0xFF : ~std::uint64_t{0};
   }
 
   // Counts a new key against its tier's max_items. Unchecked passes cannot overflow the device tier (there

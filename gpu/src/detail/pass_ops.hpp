@@ -36,7 +36,10 @@ GPUKV_HD_INLINE KeyWords batch_key(const Ref& table, const BatchRef& batch, std:
 
 // Whether a pass must wait for the host: it was halted, or the pass before it deferred same-key ops or left
 // ops to the host tier (their steps need the host's sort, and run before anything later touches the table).
-GPUKV_HD_INLINE bool host_first(const Counters& c) { return c.halted != 0 || c.conflicts != 0 || c.host_queued != 0; }
+// A failed optimistic pass (Counters::optimistic_failed) needs the host too: its undo, and its run again.
+GPUKV_HD_INLINE bool host_first(const Counters& c) {
+  return c.halted != 0 || c.conflicts != 0 || c.host_queued != 0 || c.optimistic_failed != 0;
+}
 
 // Opens a pass, before its other steps (one item): resets the pass's counters and works out which grouping
 // entries StartPass must clear, or, if the pass must wait for the host, halts it: its steps then do nothing,
@@ -51,7 +54,8 @@ struct BeginPass {
   std::uint64_t max_items;      // the device tier's
   std::uint64_t group_entries;  // this pass's grouping-table size
   bool fresh_groups;            // the grouping table was just allocated, all zero
-  bool in_bins;                 // this pass is grouped in bins (batch_groups.hpp)
+  bool in_bins;                 // this pass is grouped in bins (batch_groups.hpp), or marks no entry (optimistic)
+  bool optimistic;              // the pass runs optimistically (PassRef::optimistic)
   GPUKV_HD void operator()(std::uint64_t, Tally&) const {
     Counters& c = *counters;
     if (snapshot != nullptr) *snapshot = c;
@@ -79,6 +83,9 @@ struct BeginPass {
     c.group_overflow = 0;
     c.found = 0;
     c.pending = 0;
+    // An optimistic pass whose new keys might not all fit, or whose walks would have to go on into the host
+    // tier, fails at once: it runs again, grouped, having done nothing.
+    c.optimistic_failed = optimistic && (c.checked || c.host_live);
   }
 };
 
@@ -110,6 +117,11 @@ struct StartPass {
   std::uint32_t* groups;
   const Counters* counters;
   std::uint64_t items;  // items_for(batch.size, a bound on the entries to clear)
+  // An optimistic pass's (PassRef::optimistic): every PUT and PUT_IF_ABSENT is counted by its kind alone,
+  // without the load of its lengths that valid() makes (the step took 30 us a pass of 4M PUTs with it, 19
+  // without: H100, runs 289 and 292); the optimistic kernel answers malformed ops itself
+  // (ExecuteOp::try_optimistic).
+  bool kinds_only = false;
   static std::uint64_t items_for(std::uint64_t ops, std::uint64_t dirty) {
     return ((ops > dirty ? ops : dirty) + kChunk - 1) / kChunk;
   }
@@ -130,7 +142,9 @@ GPUKV_UNROLL
     std::uint32_t counts = 0;
 GPUKV_UNROLL
     for (std::uint64_t j = 0; j < kChunk; ++j) {
-      if (kinds[j] != static_cast<std::uint8_t>(OpKind::kGet) && batch.valid(first + j)) counts += write_counts(kinds[j]);
+      if (kinds[j] != static_cast<std::uint8_t>(OpKind::kGet) && (kinds_only || batch.valid(first + j))) {
+        counts += write_counts(kinds[j]);
+      }
     }
     add_write_counts(counts, tally);
   }
@@ -193,6 +207,40 @@ struct GroupOp {
     e.pass.group_of[op] = kByBucket ? group_insert_by_bucket(e.pass.groups, e.pass.group_mask, h, joined)
                                     : group_insert_by_entry(e.pass.groups, e.pass.group_mask, h, joined);
     tally.joined += joined;
+  }
+};
+
+// After an optimistic pass that failed (Counters::optimistic_failed; PassRunner): finds the slot of every key
+// the pass inserted, a PUT or PUT_IF_ABSENT that it answered kOk (every other op of the pass is answered
+// otherwise: ExecuteOp::try_optimistic), and keeps it for EraseOptimisticInserts in `slots` (n entries of
+// the pass's scratch) as a pending_code(), or kNothingPending. A step of its own before any slot is erased:
+// a walk stops at an EMPTY ticket, so one that an erase had already turned EMPTY could hide a later key.
+template <class Ref>
+struct FindOptimisticInserts {
+  static constexpr const char* kName = "FindOptimisticInserts";
+  Engine<Ref> e;
+  std::uint64_t* slots;
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+    slots[op] = kNothingPending;
+    if (e.batch.status[op] != static_cast<std::uint8_t>(OpStatus::kOk) || !carries_value(e.batch.kind(op))) return;
+    const KeyWords key = batch_key(e.table, e.batch, op);
+    const ProbePlan plan = plan_probe(hash_key(key, e.table.key_words), e.table.units);
+    Probe p = e.start(key, plan, e.template first_unit<Walk::kLineFromL2>(plan));
+    while (!e.template step<false, Walk::kLineFromL2>(p, tally)) {
+    }
+    if (p.at.hit) slots[op] = pending_code(false, p.at.slot, p.code);
+  }
+};
+
+// Then takes those keys out (Engine::erase_optimistic), leaving the table as it was before the pass.
+template <class Ref>
+struct EraseOptimisticInserts {
+  static constexpr const char* kName = "EraseOptimisticInserts";
+  Engine<Ref> e;
+  const std::uint64_t* slots;
+  GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
+    const std::uint64_t at = slots[op];
+    if (at != kNothingPending) e.erase_optimistic(pending_slot(at), at & 0xFF, tally);
   }
 };
 
@@ -333,6 +381,46 @@ struct ExecuteOp {
   GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
     if (begin<kWalk>(op, p)) walk<kWalk, kSettle, kClaimFull>(op, p, tally);
+  }
+  // One try of an optimistic pass's op (PassRef::optimistic; the GPU's line of one-word keys), a PUT or
+  // PUT_IF_ABSENT (optimistic_ready): returns false if it must be tried again (Engine::insert_optimistic).
+  // Where it inserts its key, with no grouping before, it is answered kOk; where it finds its key present, or
+  // no EMPTY ticket, it fails the pass and is answered anything but kOk, which tells FindOptimisticInserts
+  // that it inserted nothing; the pass then runs again, grouped, and every op is answered again. A malformed
+  // op is answered kInvalid here, as grouping would have, since it touches nothing.
+  GPUKV_HD bool try_optimistic(std::uint64_t op, Tally& tally) const {
+    const OpRow row = load_row(e, op);
+    if (!e.batch.valid_row(row.kind, row.key.len, row.value_len)) {
+      refuse_malformed(e, op);
+      return true;
+    }
+    const ProbePlan plan = plan_probe(hash_key(row.key, e.table.key_words), e.table.units);
+    Probe p = e.start(row.key, plan, e.template first_unit<Walk::kLineFromL2>(plan));
+    switch (e.insert_optimistic(p, e.batch.value_in(op), tally)) {
+      case Engine<Ref>::OptimisticTry::kInserted:
+        e.batch.set_status(op, OpStatus::kOk);
+        return true;
+      case Engine<Ref>::OptimisticTry::kFailed:
+        e.batch.set_status(op, OpStatus::kExists);
+        atomic_ref<unsigned long long>(e.pass.counters->optimistic_failed).store(1, memory_order_relaxed);
+        return true;
+      case Engine<Ref>::OptimisticTry::kAgain:
+        break;
+    }
+    return false;
+  }
+  // Whether an optimistic pass may run: StartPass counted every op a PUT or PUT_IF_ABSENT, and BeginPass
+  // found room for all of them and no host tier to walk. Fields that no thread changes while the kernel runs,
+  // so that every thread answers every op it has or none does (FindOptimisticInserts trusts the answers).
+  // fail_optimistic() where the pass may not run, unless it is halted (it then runs later, from its start).
+  GPUKV_HD bool optimistic_ready() const {
+    const Counters& c = *e.pass.counters;
+    return c.halted == 0 && c.checked == 0 && c.host_live == 0 && c.writes == e.batch.size && c.puts == e.batch.size;
+  }
+  GPUKV_HD void fail_optimistic() const {
+    if (e.pass.counters->halted == 0) {
+      atomic_ref<unsigned long long>(e.pass.counters->optimistic_failed).store(1, memory_order_relaxed);
+    }
   }
   // run() for a pass without writes (read_only), whose every op that is not malformed is a GET alone in the
   // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only. kFetchLine: the

@@ -131,6 +131,8 @@ struct PassStats {
   std::uint64_t conflict_ops = 0;
   std::uint64_t cleanups = 0;
   std::uint64_t cleanups_skipped = 0;  // clean-ups that found no memory for the displaced keys
+  std::uint64_t optimistic_passes = 0;
+  std::uint64_t optimistic_failures = 0;
 };
 
 template <class Ref, class Exec>
@@ -138,9 +140,10 @@ class PassRunner {
  public:
   // `host` has units == 0 when the table has no host tier.
   // `copy_lanes`: threads per op that copy the values of ops alone in their pass after the probing step
-  // (CopyValues); 0: each op copies its own value.
+  // (CopyValues); 0: each op copies its own value. `optimistic`: TableConfig::optimistic_inserts.
   PassRunner(Ref table, Ref host, Exec& exec, Counters* counters, TierLimits device_limits, TierLimits host_limits,
-             HostPhase host_phase, LaneMode lanes, double clstash_load, std::uint32_t copy_lanes = 0)
+             HostPhase host_phase, LaneMode lanes, double clstash_load, std::uint32_t copy_lanes = 0,
+             OptimisticInserts optimistic = OptimisticInserts::kOff)
       : table_(table),
         host_(host),
         exec_(exec),
@@ -154,6 +157,7 @@ class PassRunner {
         host_max_items_(host_limits.max_items),
         host_phase_(host_phase),
         copy_lanes_(copy_lanes),
+        optimistic_(optimistic),
         host_sort_bits_(std::bit_width(host.positions) + kHostQueueOpBits),
         crowded_tombstones_{device_limits.crowded_tombstones, host_limits.crowded_tombstones},
         cleanup_{TierCleanup(device_limits.cleanup_tombstones), TierCleanup(host_limits.cleanup_tombstones)} {}
@@ -290,18 +294,22 @@ class PassRunner {
   // counters as it begins, BeginPass works out on the device. The pass's counters are read back by the next
   // pass's BeginPass, or by finish() if it comes first: passes of 65536 ops on the GPU, writes 1.02-1.12x
   // (H100, bench/RESULTS.md, run 278).
-  Queued queue(const BatchRef& batch, const PassScratch& scratch, bool ahead) {
+  // `grouped`: the pass is grouped whatever TableConfig::optimistic_inserts says (an optimistic pass that
+  // failed, run again).
+  Queued queue(const BatchRef& batch, const PassScratch& scratch, bool ahead, bool grouped = false) {
     const std::uint64_t n = batch.size;
     const std::uint64_t entries = group_entries(n);
+    const bool optimistic = !grouped && runs_optimistic();
     const PassRef pass{scratch.groups, entries - 1, scratch.group_of, scratch.conflicts, scratch.pending,
                        scratch.host_queue, counters_, max_items_, host_max_items_, copy_lanes_ != 0,
                        /*checked=*/false, /*host_live=*/false,  // BeginPass sets them: PassRef::reserves()
-                       /*inserts_expected=*/!table_.slots_own_sectors() && inserting_};
+                       /*inserts_expected=*/!table_.slots_own_sectors() && inserting_, optimistic};
     const Engine<Ref> engine{table_, host_, batch, pass};
-    const int bin_bits = group_bins(entries);
+    const int bin_bits = optimistic ? 0 : group_bins(entries);
     // The pass queued before this one has its counters copied by this pass's BeginPass.
     Counters* const snapshot = unsnapped_ >= 0 ? exec_.snapshot_slot(unsnapped_) : nullptr;
-    exec_.for_each(1, BeginPass{counters_, snapshot, n, max_items_, entries, fresh_groups_, bin_bits != 0});
+    exec_.for_each(1, BeginPass{counters_, snapshot, n, max_items_, entries, fresh_groups_, bin_bits != 0 || optimistic,
+                                optimistic});
     if (snapshot != nullptr) exec_.snapshot_taken(unsnapped_);
     fresh_groups_ = false;
     // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
@@ -313,15 +321,19 @@ class PassRunner {
     const bool bins_start_pass = bin_bits != 0 && finished_in_call_ != 0;
     if (!bins_start_pass) {
       const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
-      exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items});
+      exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items, optimistic});
     }
     dirty_bound_ = std::max(dirty_bound_, entries);
+    // An optimistic pass has StartPass alone before its probing step: it clears what the pass before left in
+    // the grouping table, and counts the writes that tell the optimistic kernel whether every op is a PUT.
     if (bin_bits != 0) {
       if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits, bins_start_pass);
-    } else if (groups_by_bucket(entries)) {
-      exec_.for_each(n, GroupOp<Ref, true>{engine});
-    } else {
-      exec_.for_each(n, GroupOp<Ref, false>{engine});
+    } else if (!optimistic) {
+      if (groups_by_bucket(entries)) {
+        exec_.for_each(n, GroupOp<Ref, true>{engine});
+      } else {
+        exec_.for_each(n, GroupOp<Ref, false>{engine});
+      }
     }
     exec_.execute(n, ExecuteOp<Ref>{engine},
                   LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_,
@@ -345,12 +357,20 @@ class PassRunner {
       unsnapped_ = -1;
     }
     known_ = exec_.wait_snapshot(q.slot);
+    if (q.pass.optimistic) {
+      stats_.optimistic_passes += 1;
+      if (known_.optimistic_failed != 0) return run_again_grouped(q, scratch);
+    }
     finished_in_call_ += 1;
     const std::uint64_t n = q.batch.size;
     // Whether the pass looked like one of inserts: every op wrote, and at least half of them added a key.
     // The passes queued from now on expect the same (PassRef::inserts_expected).
     const unsigned long long live = known_.items + known_.host_items;
     inserting_ = known_.writes == n && live >= live_before_ && 2 * (live - live_before_) >= known_.writes;
+    // Whether every op inserted a new key, each alone in the pass: the next pass then runs optimistically
+    // (TableConfig::optimistic_inserts kAuto).
+    new_keys_ = known_.puts == n && live == live_before_ + n && known_.joined == 0 && known_.conflicts == 0 &&
+                known_.host_queued == 0;
     live_before_ = live;
     // LanePolicy::lookups_miss, from a pass without writes (the GPU's lookup kernel counts the keys its
     // lookups found; the CPU backend counts none and never asks).
@@ -397,6 +417,37 @@ class PassRunner {
     known_.host_queued = 0;
     known_.halted = 0;
     exec_.write_counters(known_);
+    return q.ahead;
+  }
+
+  // Whether the next pass queued runs optimistically (PassRef::optimistic): on the GPU, in a line of one-word
+  // keys whose values the probing step copies, with no host tier, as TableConfig::optimistic_inserts says.
+  bool runs_optimistic() const {
+    if constexpr (Exec::kLineWalks && Ref::key_words == 1) {
+      if (table_.slots_own_sectors() || copy_lanes_ != 0 || has_host()) return false;
+      return optimistic_ == OptimisticInserts::kAlways || (optimistic_ == OptimisticInserts::kAuto && new_keys_);
+    }
+    return false;
+  }
+
+  // An optimistic pass that failed (Counters::optimistic_failed): takes out the keys it inserted, then runs
+  // it again, grouped, and finishes it before anything else runs. The pass queued after it, if any, was
+  // halted by its BeginPass (host_first), and is queued again by run(). Returns whether one was.
+  bool run_again_grouped(const Queued& q, const PassScratch& scratch) {
+    stats_.optimistic_failures += 1;
+    if constexpr (Exec::kLineWalks && Ref::key_words == 1) {  // where a pass may run optimistically
+      if (known_.items != known_.start_items) {
+        const Engine<Ref> engine{table_, host_, q.batch, q.pass};
+        exec_.for_each(q.batch.size, FindOptimisticInserts<Ref>{engine, scratch.conflicts});
+        exec_.for_each(q.batch.size, EraseOptimisticInserts<Ref>{engine, scratch.conflicts});
+      }
+    }
+    known_ = exec_.read_counters();
+    known_.optimistic_failed = 0;
+    known_.halted = 0;
+    exec_.write_counters(known_);
+    unsnapped_ = -1;  // nobody reads the halted pass's counters
+    finish(queue(q.batch, scratch, /*ahead=*/false, /*grouped=*/true), scratch);
     return q.ahead;
   }
 
@@ -512,6 +563,7 @@ class PassRunner {
   std::uint64_t host_max_items_;
   HostPhase host_phase_;
   std::uint32_t copy_lanes_;
+  OptimisticInserts optimistic_;
   int host_sort_bits_;  // host-queue entries are below 2^host_sort_bits_
   const std::uint64_t crowded_tombstones_[2];  // device, host
   TierCleanup cleanup_[2];  // device, host
@@ -520,6 +572,8 @@ class PassRunner {
   bool fresh_groups_ = false;                   // it is new: no pass has used it yet
   std::uint64_t dirty_bound_ = 0;               // its entries at or past this one are zero
   bool inserting_ = true;                       // the last finished pass looked like one of inserts
+  bool new_keys_ = true;                        // it inserted a new key for each of its ops (runs_optimistic),
+                                                // or none has run: a table's first pass is often a load
   bool lookups_expected_ = true;                 // LanePolicy::lookups
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run

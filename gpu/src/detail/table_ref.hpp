@@ -318,6 +318,35 @@ GPUKV_UNROLL
       if (j < key_words) words[j] = k.w[j];
     }
   }
+  // Whether a line slot's key words are all zero, read from L2 past the SM's L1 (as key_equals' kLineFromL2):
+  // the bytes of an EMPTY slot, or of a slot whose claim has not yet stored its key (Engine::settled_unit).
+  GPUKV_HD_INLINE bool key_words_zero(std::uint64_t index) const {
+    const std::uint64_t* stored = key_words_at(index);
+    std::uint64_t any = 0;
+GPUKV_UNROLL
+    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+      if (j < key_words) {
+        std::uint64_t word;
+#if defined(__CUDA_ARCH__)
+        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(word) : "l"(stored + j) : "memory");
+#else
+        word = atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(stored + j)).load(memory_order_relaxed);
+#endif
+        any |= word;
+      }
+    }
+    return any == 0;
+  }
+  // Gives a line slot back the bytes of an EMPTY one: zero key, value and lengths (a key an optimistic pass
+  // inserted, taken out again: EraseOptimisticInserts). Its ticket is the caller's to change. Other threads
+  // clear other slots' lengths in the same word meanwhile, hence the atomic AND.
+  GPUKV_HD_INLINE void clear_line_slot(std::uint64_t index) const {
+    std::uint64_t* words = key_words_at(index);
+    for (std::uint32_t j = 0; j < key_words + value_stride / 8; ++j) words[j] = 0;
+    std::uint64_t mask, bits;
+    line_lens_bits(index, SlotLens{0, 0}, mask, bits);
+    atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(lens_word_at(index))).fetch_and(~mask, memory_order_relaxed);
+  }
   // In a line, a slot's lengths as bits of its line's lengths word (`bits`, in place under `mask`), for a claim
   // that writes them with its ticket (Board::claim_with_next).
   GPUKV_HD_INLINE void line_lens_bits(std::uint64_t index, SlotLens l, std::uint64_t& mask, std::uint64_t& bits) const {
@@ -390,6 +419,10 @@ GPUKV_UNROLL
   // A line slot's value length out of its line's lengths word (`lens_word`, loaded with the tickets).
   GPUKV_HD_INLINE std::uint32_t line_value_len(std::uint64_t lens_word, std::uint64_t index) const {
     return line_lens(lens_word, index).value;
+  }
+  // The same for its key length.
+  GPUKV_HD_INLINE std::uint32_t line_key_len(std::uint64_t lens_word, std::uint64_t index) const {
+    return line_lens(lens_word, index).key;
   }
 
  private:
