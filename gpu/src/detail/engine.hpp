@@ -349,14 +349,17 @@ struct Engine {
   // slot's zeros (full_claim_code). Each lasts until that op's next store or release; the walk is then tried
   // again (OptimisticTry::kAgain), and sees that key if it is this op's. A FULL ticket whose slot holds zeros
   // is a zero key, not a claim, where its code is the zero key's of the length its lengths word gives (a
-  // claim made FULL at once never has that code: full_claim_code); a lengths word read from before the claim
-  // gives length 0, whose zero key's code such a claim never has either, so it only makes the walk wait.
+  // claim made FULL at once never has that code: full_claim_code). A lengths word loaded from before the
+  // claim (the slot was EMPTY, its lengths 0) gives length 0: over zeros, that is a zero key's code such a
+  // claim never has either; over a stored key, no key of length 0 holds one. Either way the walk tries again
+  // rather than compare against lengths that are not the key's.
   GPUKV_HD_INLINE bool settled(std::uint64_t word, std::uint64_t lanes, const UnitWords& u, const Probe& p) const {
     if ((Codec::match(u.tickets, Codec::kBusy) & lanes) != 0) return false;
     bool judged = true;
     for (std::uint64_t m = Codec::match(u.tickets, p.code) & lanes; m != 0; m &= m - 1) {
       const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
-      if (table.key_words_zero(slot) && p.code != zero_key_code(table.line_key_len(u.lens, slot))) judged = false;
+      const std::uint32_t len = table.line_key_len(u.lens, slot);
+      if (table.key_words_zero(slot) ? p.code != zero_key_code(len) : len == 0) judged = false;
     }
     return judged;
   }
@@ -421,8 +424,8 @@ struct Engine {
       return pass.copy_later || p.code == zero_key_code(p.key.len) || p.code == zero_key_code(0) ? 0 : p.code;
     }
   }
-  // The code of the one-word zero key of `len` bytes (0 to 8; none, ~0, for longer). The codes, a byte each by length, are worked
-  // out at compile time: a shift at run time rather than a hash of the zero key.
+  // The code of the one-word zero key of `len` bytes (0 to 8; none, ~0, for longer). The codes, a byte each
+  // by length, are worked out at compile time: a shift at run time rather than a hash of the zero key.
   GPUKV_HD_INLINE static std::uint64_t zero_key_code(std::uint32_t len) {
     constexpr std::uint64_t kOfLengths1To8 = [] {
       std::uint64_t codes = 0;

@@ -360,6 +360,7 @@ class PassRunner {
     if (q.pass.optimistic) {
       stats_.optimistic_passes += 1;
       if (known_.optimistic_failed != 0) return run_again_grouped(q, scratch);
+      optimistic_after_ = 1;
     }
     finished_in_call_ += 1;
     const std::uint64_t n = q.batch.size;
@@ -367,10 +368,11 @@ class PassRunner {
     // The passes queued from now on expect the same (PassRef::inserts_expected).
     const unsigned long long live = known_.items + known_.host_items;
     inserting_ = known_.writes == n && live >= live_before_ && 2 * (live - live_before_) >= known_.writes;
-    // Whether every op inserted a new key, each alone in the pass: the next pass then runs optimistically
-    // (TableConfig::optimistic_inserts kAuto).
-    new_keys_ = known_.puts == n && live == live_before_ + n && known_.joined == 0 && known_.conflicts == 0 &&
-                known_.host_queued == 0;
+    // Whether every op inserted a new key, each alone in the pass: after such passes the next runs
+    // optimistically (TableConfig::optimistic_inserts kAuto; runs_optimistic).
+    const bool new_keys = known_.puts == n && live == live_before_ + n && known_.joined == 0 && known_.conflicts == 0 &&
+                          known_.host_queued == 0;
+    new_key_passes_ = new_keys ? new_key_passes_ + 1 : 0;
     live_before_ = live;
     // LanePolicy::lookups_miss, from a pass without writes (the GPU's lookup kernel counts the keys its
     // lookups found; the CPU backend counts none and never asks).
@@ -422,10 +424,13 @@ class PassRunner {
 
   // Whether the next pass queued runs optimistically (PassRef::optimistic): on the GPU, in a line of one-word
   // keys whose values the probing step copies, with no host tier, as TableConfig::optimistic_inserts says.
+  // kAuto: after a pass of new keys, or after two once a try has failed, until one succeeds: batches of new
+  // keys taking turns with batches of other ops then fail once, not every other pass.
   bool runs_optimistic() const {
     if constexpr (Exec::kLineWalks && Ref::key_words == 1) {
       if (table_.slots_own_sectors() || copy_lanes_ != 0 || has_host()) return false;
-      return optimistic_ == OptimisticInserts::kAlways || (optimistic_ == OptimisticInserts::kAuto && new_keys_);
+      return optimistic_ == OptimisticInserts::kAlways ||
+             (optimistic_ == OptimisticInserts::kAuto && new_key_passes_ >= optimistic_after_);
     }
     return false;
   }
@@ -435,6 +440,7 @@ class PassRunner {
   // halted by its BeginPass (host_first), and is queued again by run(). Returns whether one was.
   bool run_again_grouped(const Queued& q, const PassScratch& scratch) {
     stats_.optimistic_failures += 1;
+    optimistic_after_ = 2;
     if constexpr (Exec::kLineWalks && Ref::key_words == 1) {  // where a pass may run optimistically
       if (known_.items != known_.start_items) {
         const Engine<Ref> engine{table_, host_, q.batch, q.pass};
@@ -572,8 +578,10 @@ class PassRunner {
   bool fresh_groups_ = false;                   // it is new: no pass has used it yet
   std::uint64_t dirty_bound_ = 0;               // its entries at or past this one are zero
   bool inserting_ = true;                       // the last finished pass looked like one of inserts
-  bool new_keys_ = true;                        // it inserted a new key for each of its ops (runs_optimistic),
-                                                // or none has run: a table's first pass is often a load
+  // Finished passes in a row that inserted a new key for each of their ops (a table's first pass, often a
+  // load, counts one before it), and how many a pass needs behind it to run optimistically (runs_optimistic).
+  std::uint32_t new_key_passes_ = 1;
+  std::uint32_t optimistic_after_ = 1;
   bool lookups_expected_ = true;                 // LanePolicy::lookups
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run
