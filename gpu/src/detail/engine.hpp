@@ -70,7 +70,6 @@ struct Location {
   bool in_host = false;            // the walk went on into the host tier (and the hit, if any, is there)
   bool can_claim = false;          // an available device-tier ticket was seen on the probe sequence
   bool to_host = false;            // a device-tier-only walk (step<false>) ended where the host tier must be walked
-  bool unsettled = false;          // an optimistic pass's walk ended at a unit it cannot judge yet (settled)
   std::uint32_t host_avoided = 0;  // host slot reads the info bits ruled out (added to the tally by apply())
 };
 
@@ -273,11 +272,10 @@ struct Engine {
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
     const UnitWords u = p.probe == 0 ? p.words : kHost ? UnitWords{t.board.load(word), 0} : load_unit<kWalk>(word);
+    // An optimistic walk that cannot judge this unit yet ends here, having found nothing and no EMPTY ticket
+    // short of the sequence's end: insert_optimistic tells it from the others by that.
     if constexpr (kOptimistic) {
-      if (!settled(word, lanes, u, p)) {
-        p.at.unsettled = true;
-        return true;
-      }
+      if (!settled(word, lanes, u, p)) return true;
     }
     const std::uint64_t tickets = u.tickets;
     std::uint64_t matches = Codec::match(tickets, p.code) & lanes;
@@ -373,13 +371,16 @@ struct Engine {
   // (optimistic_kernel). The claim takes an EMPTY ticket of the unit where the walk ended, never a
   // TOMBSTONE, so that a failed pass's undo knows what each claimed ticket was (EraseOptimisticInserts); its
   // lengths go with the ticket, and the ticket is FULL at once where full_claim_code allows, as in a pass of
-  // inserts. A pass's keys fit the device tier (BeginPass checked), so nothing reserves room.
+  // inserts. A pass's keys fit the device tier (BeginPass checked), so nothing reserves room. A walk that
+  // stopped at a unit it could not judge has neither found the key nor seen an EMPTY ticket (it would have
+  // ended there), and stopped short of its sequence's end: no field of its own, which would have grown every
+  // Location, and with it the clStash kernel's stack (8 more bytes a thread, run 294).
   enum class OptimisticTry : std::uint8_t { kInserted, kFailed, kAgain };
   GPUKV_HD OptimisticTry insert_optimistic(Probe& p, const ValueIn& value, Tally& tally) const {
     while (!step<false, Walk::kLineFromL2, true>(p, tally)) {
     }
-    if (p.at.unsettled) return OptimisticTry::kAgain;
-    if (p.at.hit || !p.at.can_claim) return OptimisticTry::kFailed;
+    if (p.at.hit) return OptimisticTry::kFailed;
+    if (!p.at.can_claim) return p.probe < table.units ? OptimisticTry::kAgain : OptimisticTry::kFailed;
     const std::uint64_t word = table.word_of(p.at.claim_unit);
     std::uint64_t tickets = p.at.claim_tickets;
     const int field = Codec::field_of(Codec::empty(tickets) & table.lanes_of(p.at.claim_unit));
