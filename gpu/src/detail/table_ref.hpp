@@ -319,7 +319,7 @@ GPUKV_UNROLL
     }
   }
   // Whether a line slot's key words are all zero, read from L2 past the SM's L1 (as key_equals' kLineFromL2):
-  // the bytes of an EMPTY slot, or of a slot whose claim has not yet stored its key (Engine::settled_unit).
+  // the bytes of an EMPTY slot, or of a slot whose claim has not yet stored its key (Engine::settled).
   GPUKV_HD_INLINE bool key_words_zero(std::uint64_t index) const {
     const std::uint64_t* stored = key_words_at(index);
     std::uint64_t any = 0;
