@@ -171,6 +171,8 @@ GPUKV_HD_INLINE bool pending_ticket(std::uint64_t p) {
 GPUKV_HD_INLINE std::uint64_t pending_slot(std::uint64_t p) {
   return (p & ~kPendingFlags) >> 8;
 }
+// The ticket code of an entry that has one (pending_ticket): what FinishPass sets it to.
+GPUKV_HD_INLINE std::uint64_t pending_ticket_code(std::uint64_t p) { return p & 0xFF; }
 
 // An entry of PassRef::host_queue is (host slot << kHostQueueOpBits | op): ops fit in 24 bits
 // (kMaxPassOps) and slots in 40, so sorting entries sorts ops by host address.

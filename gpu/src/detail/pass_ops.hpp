@@ -240,7 +240,7 @@ struct EraseOptimisticInserts {
   const std::uint64_t* slots;
   GPUKV_HD void operator()(std::uint64_t op, Tally& tally) const {
     const std::uint64_t at = slots[op];
-    if (at != kNothingPending) e.erase_optimistic(pending_slot(at), at & 0xFF, tally);
+    if (at != kNothingPending) e.erase_optimistic(pending_slot(at), pending_ticket_code(at), tally);
   }
 };
 
@@ -402,7 +402,7 @@ struct ExecuteOp {
         return true;
       case Engine<Ref>::OptimisticTry::kFailed:
         e.batch.set_status(op, OpStatus::kExists);
-        atomic_ref<unsigned long long>(e.pass.counters->optimistic_failed).store(1, memory_order_relaxed);
+        fail_optimistic();
         return true;
       case Engine<Ref>::OptimisticTry::kAgain:
         break;
@@ -412,7 +412,8 @@ struct ExecuteOp {
   // Whether an optimistic pass may run: StartPass counted every op a PUT or PUT_IF_ABSENT, and BeginPass
   // found room for all of them and no host tier to walk. Fields that no thread changes while the kernel runs,
   // so that every thread answers every op it has or none does (FindOptimisticInserts trusts the answers).
-  // fail_optimistic() where the pass may not run, unless it is halted (it then runs later, from its start).
+  // fail_optimistic() where the pass may not run, unless it is halted (it then runs later, from its start), and
+  // where an op of it fails.
   GPUKV_HD bool optimistic_ready() const {
     const Counters& c = *e.pass.counters;
     return c.halted == 0 && c.checked == 0 && c.host_live == 0 && c.writes == e.batch.size && c.puts == e.batch.size;
@@ -668,7 +669,7 @@ struct FinishPass {
     if (!pending_ticket(p)) return;
     const Board<Codec::kBits> board = (p & kPendingHostTier) != 0 ? host.board : table.board;
     const std::uint64_t slot = pending_slot(p);
-    board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, p & 0xFF);
+    board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), Codec::kBusy, pending_ticket_code(p));
   }
 };
 

@@ -273,6 +273,9 @@ class PassRunner {
   const PassStats& stats() const { return stats_; }
 
  private:
+  // Where a pass may run optimistically (PassRef::optimistic): the GPU's line walks, one-word keys.
+  static constexpr bool kMayRunOptimistic = Exec::kLineWalks && Ref::key_words == 1;
+
   struct TierCleanup {
     explicit TierCleanup(std::uint64_t tombstones) : step(std::max<std::uint64_t>(1, tombstones)), next(step) {}
     std::uint64_t step;  // tombstones that trigger a clean-up
@@ -427,7 +430,7 @@ class PassRunner {
   // kAuto: after a pass of new keys, or after two once a try has failed, until one succeeds: batches of new
   // keys taking turns with batches of other ops then fail once, not every other pass.
   bool runs_optimistic() const {
-    if constexpr (Exec::kLineWalks && Ref::key_words == 1) {
+    if constexpr (kMayRunOptimistic) {
       if (table_.slots_own_sectors() || copy_lanes_ != 0 || has_host()) return false;
       return optimistic_ == OptimisticInserts::kAlways ||
              (optimistic_ == OptimisticInserts::kAuto && new_key_passes_ >= optimistic_after_);
@@ -441,7 +444,7 @@ class PassRunner {
   bool run_again_grouped(const Queued& q, const PassScratch& scratch) {
     stats_.optimistic_failures += 1;
     optimistic_after_ = 2;
-    if constexpr (Exec::kLineWalks && Ref::key_words == 1) {  // where a pass may run optimistically
+    if constexpr (kMayRunOptimistic) {
       if (known_.items != known_.start_items) {
         const Engine<Ref> engine{table_, host_, q.batch, q.pass};
         exec_.for_each(q.batch.size, FindOptimisticInserts<Ref>{engine, scratch.conflicts});
