@@ -37,6 +37,10 @@ ABSL_FLAG(std::string, slot_layout, "auto",
           "where the device tier keeps its tickets: board (apart from the slots), line (each probe unit one "
           "128-byte line of tickets, lengths and slots; needs key_width + value_width <= 32) or auto (line on a "
           "GPU where a line holds 7 slots: key_width 8, value_width 8; else board)");
+ABSL_FLAG(std::string, optimistic_inserts, "auto",
+          "GPU passes of PUTs run without grouping their keys first, where the device tier is a line of 8-byte "
+          "keys and values of up to 16 bytes with no host tier: auto (after a pass that inserted only new keys), "
+          "off, or always (a pass that meets a key already present is undone and run again, grouped)");
 ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
 ABSL_FLAG(double, cleanup_headroom, 0.5,
           "share of a full tier's EMPTY headroom its tombstones may take before it is cleaned (higher: fewer "
@@ -146,6 +150,14 @@ gpukv::SlotLayout parse_slot_layout(const std::string& s) {
   std::exit(2);
 }
 
+gpukv::OptimisticInserts parse_optimistic_inserts(const std::string& s) {
+  if (s == "auto") return gpukv::OptimisticInserts::kAuto;
+  if (s == "off") return gpukv::OptimisticInserts::kOff;
+  if (s == "always") return gpukv::OptimisticInserts::kAlways;
+  spdlog::critical("--optimistic_inserts must be auto, off or always, got '{}'", s);
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,6 +194,7 @@ int main(int argc, char** argv) {
   options.table.value_width = absl::GetFlag(FLAGS_value_width);
   options.table.ticket_bits = absl::GetFlag(FLAGS_ticket_bits);
   options.table.slot_layout = parse_slot_layout(absl::GetFlag(FLAGS_slot_layout));
+  options.table.optimistic_inserts = parse_optimistic_inserts(absl::GetFlag(FLAGS_optimistic_inserts));
   options.table.max_load_factor = absl::GetFlag(FLAGS_max_load_factor);
   options.table.cleanup_headroom = absl::GetFlag(FLAGS_cleanup_headroom);
   options.table.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);

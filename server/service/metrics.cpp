@@ -102,6 +102,13 @@ Metrics::Metrics(const std::string& address)
       host_reads_(host_accesses_.Add({{"kind", "read"}})),
       host_writes_(host_accesses_.Add({{"kind", "write"}})),
       host_avoided_(host_accesses_.Add({{"kind", "avoided"}})),
+      optimistic_passes_(prometheus::BuildCounter()
+                             .Name("gpukv_optimistic_passes_total")
+                             .Help("Device passes of PUTs run without grouping their keys first (--optimistic_inserts): "
+                                   "kept, or redone (a key was already present or repeated: the pass ran again, grouped)")
+                             .Register(*registry_)),
+      optimistic_kept_(optimistic_passes_.Add({{"outcome", "kept"}})),
+      optimistic_redone_(optimistic_passes_.Add({{"outcome", "redone"}})),
       wrong_shard_(prometheus::BuildCounter()
                        .Name("gpukv_wrong_shard_keys_total")
                        .Help("Keys refused because they belong to another shard (a client with a stale or no shard map)")
@@ -286,6 +293,9 @@ void Metrics::on_table(const TableStats& table, std::size_t queued_ops) {
   host_reads_.Increment(static_cast<double>(table.host_reads - last_.host_reads));
   host_writes_.Increment(static_cast<double>(table.host_writes - last_.host_writes));
   host_avoided_.Increment(static_cast<double>(table.host_avoided - last_.host_avoided));
+  optimistic_redone_.Increment(static_cast<double>(table.optimistic_failures - last_.optimistic_failures));
+  optimistic_kept_.Increment(static_cast<double>((table.optimistic_passes - table.optimistic_failures) -
+                                                 (last_.optimistic_passes - last_.optimistic_failures)));
   last_ = table;
   tombstones_.Set(static_cast<double>(table.device.tombstones + table.host.tombstones));
   queued_.Set(static_cast<double>(queued_ops));

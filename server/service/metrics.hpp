@@ -79,6 +79,11 @@ class Metrics {
   prometheus::Counter& host_reads_;
   prometheus::Counter& host_writes_;
   prometheus::Counter& host_avoided_;
+  // Passes of PUTs the GPU ran without grouping them by key (TableConfig::optimistic_inserts): kept, or taken
+  // back and run again, grouped (a key the pass repeats, or one already present).
+  prometheus::Family<prometheus::Counter>& optimistic_passes_;
+  prometheus::Counter& optimistic_kept_;
+  prometheus::Counter& optimistic_redone_;
   prometheus::Counter& wrong_shard_;
   prometheus::Family<prometheus::Counter>& limit_refusals_;
   prometheus::Counter& refused_calls_;

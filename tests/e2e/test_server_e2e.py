@@ -248,6 +248,7 @@ def test_sigterm_under_load_answers_every_call_and_exits_cleanly():
     ("--max_concurrent_calls=0", "--max_concurrent_calls must be 1 to 1000000, got 0"),
     ("--max_streams=0", "--max_streams must be 1 to 100000, got 0"),
     ("--slot_layout=tiles", "--slot_layout must be board, line or auto, got 'tiles'"),
+    ("--optimistic_inserts=maybe", "--optimistic_inserts must be auto, off or always, got 'maybe'"),
     # The default widths (16-byte keys, 128-byte values) make a slot of 144 bytes: not 3 to a line.
     ("--slot_layout=line", "key_width 16 and value_width 128 make a slot of 144 bytes: use slot_layout board"),
 ])
@@ -280,6 +281,35 @@ def test_a_server_with_the_line_layout_stores_and_serves_keys():
         for key in keys:
             assert s.stub.Delete(kv_pb2.DeleteRequest(key=key), timeout=10).deleted
         assert not s.stub.Get(kv_pb2.GetRequest(key=b"k1"), timeout=10).found
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("mode", ["auto", "always", "off"])
+def test_optimistic_inserts_setting_keeps_results_and_is_counted(mode):
+    """--optimistic_inserts only changes how the GPU runs passes of PUTs: batches of new keys, a batch that
+    repeats a key and one of keys already present answer as the batch order says, in every mode. The scrape
+    counts optimistic passes kept and redone; the CPU backend (these tests' server) never runs one, so both
+    stay 0 there."""
+    s = Server("--slot_layout=line", "--key_width=8", "--value_width=8", "--capacity=20000", f"--optimistic_inserts={mode}")
+    try:
+        def put(keys, values):
+            blob, lengths = packed(keys)
+            return s.stub.BatchPut(kv_pb2.BatchPutRequest(keys=blob, key_lengths=lengths, values=b"".join(values),
+                                                          value_lengths=[len(v) for v in values]), timeout=30)
+        keys = [f"n{i}".encode() for i in range(3000)]
+        for first in range(0, 3000, 1000):  # new keys, a batch at a time
+            assert put(keys[first:first + 1000], [b"a"] * 1000).results == bytes([kv_pb2.RESULT_OK]) * 1000
+        assert put([b"r", b"r", b"n5"], [b"1", b"2", b"3"]).results == bytes([kv_pb2.RESULT_OK]) * 3
+        blob, lengths = packed([b"r", b"n5", b"n2999"])
+        got = s.stub.BatchGet(kv_pb2.BatchGetRequest(keys=blob, key_lengths=lengths), timeout=30)
+        assert got.results == bytes([kv_pb2.RESULT_OK]) * 3 and got.values == b"23a"
+        stats = s.stub.Stats(kv_pb2.StatsRequest(), timeout=10)
+        assert stats.backend == "cpu" and stats.tiers[0].items == 3001
+        assert s.counter("gpukv_optimistic_passes_total", outcome="kept") == 0
+        assert s.counter("gpukv_optimistic_passes_total", outcome="redone") == 0
+        body = urllib.request.urlopen(f"http://127.0.0.1:{s.metrics_port}/metrics", timeout=10).read().decode()
+        assert 'gpukv_optimistic_passes_total{outcome="redone"} 0' in body
     finally:
         s.stop()
 
