@@ -55,6 +55,9 @@ ABSL_FLAG(std::uint32_t, processes, 1, "load processes the callers are split ove
 ABSL_FLAG(double, seconds, 10, "run time");
 ABSL_FLAG(std::uint64_t, keys, 1000000, "key space");
 ABSL_FLAG(std::string, distribution, "uniform", "uniform or zipf");
+ABSL_FLAG(std::string, key_format, "text",
+          "text (\"key:<n>\") or binary (n's 8 bytes, little-endian: for a server of 8-byte keys, where text "
+          "leaves 10^4 keys)");
 ABSL_FLAG(double, zipf, 0.99, "zipf exponent");
 ABSL_FLAG(double, get, 0.5, "share of GETs");
 ABSL_FLAG(double, put, 0.45, "share of PUTs (the rest are DELETEs)");
@@ -81,6 +84,8 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   if (distribution != "uniform" && distribution != "zipf") return "--distribution must be uniform or zipf";
   const std::string arrivals = absl::GetFlag(FLAGS_arrivals);
   if (arrivals != "poisson" && arrivals != "fixed") return "--arrivals must be poisson or fixed";
+  const std::string key_format = absl::GetFlag(FLAGS_key_format);
+  if (key_format != "text" && key_format != "binary") return "--key_format must be text or binary";
   s.client.target = absl::GetFlag(FLAGS_target);
   std::string targets = absl::GetFlag(FLAGS_targets);
   if (targets.empty() && std::getenv("GPUKV_TARGETS") != nullptr) targets = std::getenv("GPUKV_TARGETS");
@@ -114,6 +119,7 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   s.mix.zipf_exponent = absl::GetFlag(FLAGS_zipf);
   s.mix.get = absl::GetFlag(FLAGS_get);
   s.mix.put = absl::GetFlag(FLAGS_put);
+  s.mix.binary_keys = key_format == "binary";
   s.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
   s.rate = absl::GetFlag(FLAGS_rate);
   s.poisson = arrivals == "poisson";

@@ -1,11 +1,13 @@
 // What gpukv-load sends: keys drawn uniformly or by zipf from a key space, op kinds drawn from a mix, and
-// one fixed value. Keys are written into a buffer ("key:<n>"), so drawing one allocates nothing.
+// one fixed value. Keys are written into a buffer ("key:<n>", or n's 8 bytes), so drawing one allocates
+// nothing.
 #pragma once
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -19,6 +21,9 @@ struct Mix {
   double zipf_exponent = 0.99;
   double get = 0.5;              // shares; the rest of 1 - get - put are DELETEs
   double put = 0.45;
+  // Keys as n's 8 bytes (little-endian) rather than "key:<n>": for a server of 8-byte keys, where the text
+  // form leaves 10^4 keys at most.
+  bool binary_keys = false;
 };
 
 class Workload {
@@ -33,6 +38,10 @@ class Workload {
   // Valid until the next call.
   std::string_view next_key() {
     const std::uint64_t k = next_index();
+    if (mix_.binary_keys) {
+      std::memcpy(key_, &k, sizeof k);  // x86 and Arm servers are little-endian: every client writes the same bytes
+      return {key_, sizeof k};
+    }
     char* end = std::to_chars(key_ + 4, key_ + sizeof key_, k).ptr;
     return {key_, static_cast<std::size_t>(end - key_)};
   }
@@ -60,7 +69,7 @@ class Workload {
 
   const Mix mix_;
   std::uint64_t state_;
-  char key_[24] = {'k', 'e', 'y', ':'};
+  char key_[24] = {'k', 'e', 'y', ':'};  // binary keys overwrite the prefix: each Workload has one form
 };
 
 }  // namespace gpukv::load

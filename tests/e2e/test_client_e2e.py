@@ -108,10 +108,28 @@ def test_load_processes_count_into_one_report(mode):
     ("--get=0.9", "--get and --put"),
     ("--processes=0", "--processes must be"),
     ("--processes=17", "--processes must be"),  # more than the 16 callers
+    ("--key_format=hex", "--key_format must be text or binary"),
 ])
 def test_load_refuses_bad_flags(flag, message):
     run = subprocess.run([LOAD, flag, "--seconds=1"], capture_output=True, text=True, timeout=30)
     assert run.returncode == 2 and message in run.stderr and "RESULT" not in run.stdout
+
+
+def test_binary_keys_fill_a_server_of_8_byte_keys():
+    """--key_format=binary sends each key as its index's 8 bytes: a server of 8-byte keys takes every one of
+    them, where the text form ("key:<n>") fits 10^4 keys at most and longer ones are refused."""
+    s = Server("--capacity=2000000", "--key_width=8", "--value_width=8")
+    try:
+        code, r, err = load(s, "--mode=batch", "--batch=1000", "--callers=2", "--get=0", "--put=1", "--keys=1000000000",
+                            "--key_format=binary", "--seconds=1")
+        assert code == 0, err
+        assert int(r["errors"]) == 0 and int(r["full_ops"]) == 0, r
+        stats = s.stub.Stats(kv_pb2.StatsRequest(), timeout=10)
+        # Keys drawn from 10^9 repeat rarely: nearly every PUT added one.
+        assert 10000 < stats.tiers[0].items <= int(r["total_keys"]), (stats, r)
+        assert stats.tiers[0].items > 0.99 * int(r["total_keys"]), (stats, r)
+    finally:
+        s.stop()
 
 
 def test_cli_stream(server):
