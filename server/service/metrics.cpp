@@ -279,7 +279,22 @@ void Metrics::on_batch(const BatchReport& report, std::size_t queued_ops) {
   on_table(report.table, queued_ops);
 }
 
+void Metrics::grow(prometheus::Counter& counter, std::uint64_t total, std::uint64_t& seen) {
+  if (total <= seen) return;
+  counter.Increment(static_cast<double>(total - seen));
+  seen = total;
+}
+
 void Metrics::on_table(const TableStats& table, std::size_t queued_ops) {
+  queued_.Set(static_cast<double>(queued_ops));
+  grow(host_reads_, table.host_reads, seen_.host_reads);
+  grow(host_writes_, table.host_writes, seen_.host_writes);
+  grow(host_avoided_, table.host_avoided, seen_.host_avoided);
+  grow(optimistic_kept_, table.optimistic_passes - table.optimistic_failures, seen_.optimistic_kept);
+  grow(optimistic_redone_, table.optimistic_failures, seen_.optimistic_redone);
+  // The gauges take the state of the latest batch to run (the most passes), not of the latest answered.
+  if (table.batches < seen_.batches) return;
+  seen_.batches = table.batches;
   device_items_.Set(static_cast<double>(table.device.items));
   device_capacity_.Set(static_cast<double>(table.device.capacity));
   if (table.host.capacity != 0) {
@@ -290,15 +305,7 @@ void Metrics::on_table(const TableStats& table, std::size_t queued_ops) {
     host_items_->Set(static_cast<double>(table.host.items));
     host_capacity_->Set(static_cast<double>(table.host.capacity));
   }
-  host_reads_.Increment(static_cast<double>(table.host_reads - last_.host_reads));
-  host_writes_.Increment(static_cast<double>(table.host_writes - last_.host_writes));
-  host_avoided_.Increment(static_cast<double>(table.host_avoided - last_.host_avoided));
-  optimistic_redone_.Increment(static_cast<double>(table.optimistic_failures - last_.optimistic_failures));
-  optimistic_kept_.Increment(static_cast<double>((table.optimistic_passes - table.optimistic_failures) -
-                                                 (last_.optimistic_passes - last_.optimistic_failures)));
-  last_ = table;
   tombstones_.Set(static_cast<double>(table.device.tombstones + table.host.tombstones));
-  queued_.Set(static_cast<double>(queued_ops));
 }
 
 }  // namespace gpukv::server
