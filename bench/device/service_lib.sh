@@ -49,16 +49,20 @@ cpu_of() {
       '{d[$2] += $5 - $3; n[$2]++} END {for (k in d) printf "CPU %s %s threads=%d cores=%.2f\n", l, k, n[k], d[k] / ns}' |
     sort -t= -k3 -rn | tee -a "$log"
 }
-# The latest server's batch counters from its metrics port (no curl there: bash's /dev/tcp): how many
-# batches, how large, how long each waited in the queue, was staged (columns copied in), executed (copies
-# and kernels) and answered (results written into the calls).
-batch_metrics() {
+# scrape <pattern>: the lines of the latest server's metrics (no curl there: bash's /dev/tcp) that match the
+# extended regular expression, logged.
+scrape() {
   local port
   port=$(grep -o 'metrics on port [0-9]*' "$out/server.log" | tail -1 | awk '{print $4}')
   exec 3<>"/dev/tcp/127.0.0.1/$port" || return 0
   printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-  grep -E '^gpukv_(batch_size_ops|batch_(execution|staging|answer)_seconds|queue_delay_seconds)_(sum|count)|^gpukv_batches_total' <&3 | tee -a "$log"
+  grep -E "$1" <&3 | tee -a "$log"
   exec 3>&-
+}
+# The latest server's batch counters: how many batches, how large, how long each waited in the queue, was
+# staged (columns copied in), executed (copies and kernels) and answered (results written into the calls).
+batch_metrics() {
+  scrape '^gpukv_(batch_size_ops|batch_(execution|staging|answer)_seconds|queue_delay_seconds)_(sum|count)|^gpukv_batches_total'
 }
 # The counters are cumulative: the difference between successive snapshots belongs to the run between them.
 load_then_metrics() {
