@@ -33,7 +33,7 @@ void next_keys(Request& req, Workload& work, std::uint32_t n) {
 class ChainedCaller {
  public:
   ChainedCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point end, std::latch& running)
-      : s_(s), totals_(totals), end_(end), running_(running), connection_(s.client, s.targets), work_(s.mix, id * 7919 + 1) {}
+      : s_(s), totals_(totals), end_(end), running_(running), connection_(s.client, s.targets), work_(s.mix, id) {}
 
   void start() { next(); }
 
@@ -149,7 +149,7 @@ void run_closed_loop(const Settings& s, Totals& totals, Clock::time_point end) {
   for (std::uint32_t id = s.first_caller; id < s.first_caller + s.own_callers; ++id) {
     threads.emplace_back([&, id] {
       Connection connection(s.client, s.targets);
-      Workload work(s.mix, id * 7919 + 1);
+      Workload work(s.mix, id);
       stream(s, totals, connection, work, end);
     });
   }

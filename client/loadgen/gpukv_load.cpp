@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, key_format, "text",
           "text (\"key:<n>\") or binary (n's 8 bytes, little-endian: for a server of 8-byte keys, where text "
           "leaves 10^4 keys)");
 ABSL_FLAG(double, zipf, 0.99, "zipf exponent");
+ABSL_FLAG(std::uint64_t, seed, 0,
+          "mixed into every caller's key draws: a run repeats the keys of an earlier run of the same seed, caller by "
+          "caller; another seed draws others");
 ABSL_FLAG(double, get, 0.5, "share of GETs");
 ABSL_FLAG(double, put, 0.45, "share of PUTs (the rest are DELETEs)");
 ABSL_FLAG(std::uint32_t, value_size, 8, "value bytes");
@@ -120,6 +123,7 @@ std::string settings_from_flags(gpukv::load::Settings& s) {
   s.mix.get = absl::GetFlag(FLAGS_get);
   s.mix.put = absl::GetFlag(FLAGS_put);
   s.mix.binary_keys = key_format == "binary";
+  s.mix.seed = absl::GetFlag(FLAGS_seed);
   s.value.assign(absl::GetFlag(FLAGS_value_size), 'v');
   s.rate = absl::GetFlag(FLAGS_rate);
   s.poisson = arrivals == "poisson";

@@ -30,7 +30,7 @@ grpc::Status call_status(const grpc::Status& status, const Response& r) {
 class OpenLoopCaller {
  public:
   OpenLoopCaller(const Settings& s, Totals& totals, std::uint32_t id, Clock::time_point start, Clock::time_point end)
-      : s_(s), totals_(totals), id_(id), start_(start), end_(end), connection_(s.client, s.targets), work_(s.mix, id * 7919 + 1),
+      : s_(s), totals_(totals), id_(id), start_(start), end_(end), connection_(s.client, s.targets), work_(s.mix, id),
         bound_(std::max<std::uint32_t>(1, s.max_outstanding / s.callers)) {}
 
   void run() {

@@ -24,11 +24,18 @@ struct Mix {
   // Keys as n's 8 bytes (little-endian) rather than "key:<n>": for a server of 8-byte keys, where the text
   // form leaves 10^4 keys at most.
   bool binary_keys = false;
+  // Mixed into every caller's draws: runs of the same seed draw the same keys caller by caller; another seed
+  // draws others (a second load of new keys, say).
+  std::uint64_t seed = 0;
 };
 
 class Workload {
  public:
-  Workload(const Mix& mix, std::uint64_t seed) : mix_(mix), state_(seed) {}
+  // Caller `caller`'s draws, the same in every run of the mix's seed. SplitMix64 steps its state by a fixed
+  // odd constant, so two start states are one sequence shifted: the seed enters scrambled (0 stays 0), so that
+  // seeds 1 and 2 start far apart on it rather than a few draws (seed * the constant is seed draws).
+  Workload(const Mix& mix, std::uint32_t caller)
+      : mix_(mix), state_(std::uint64_t{caller} * 7919 + 1 + scramble(mix.seed)) {}
 
   v1::OpKind next_kind() {
     const double r = uniform();
@@ -59,8 +66,9 @@ class Workload {
 
   // SplitMix64: a few instructions per draw, since gpukv-load shares the cores with the server it measures
   // (a Mersenne Twister and its distributions cost a tenth of a core at 10 M keys/s).
-  std::uint64_t next() {
-    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+  std::uint64_t next() { return scramble(state_ += 0x9E3779B97F4A7C15ull); }
+  // SplitMix64's output function.
+  static std::uint64_t scramble(std::uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);

@@ -132,6 +132,36 @@ def test_binary_keys_fill_a_server_of_8_byte_keys():
         s.stop()
 
 
+def test_a_seed_repeats_the_keys_of_a_run_and_another_draws_others():
+    """Runs of one --seed draw the same keys caller by caller, whatever the mix (an op's kind and key take one
+    draw each): GETs of seed 1 find the keys PUTs of seed 1 wrote. Seed 2 draws others: from 2^60 keys, its
+    GETs find none."""
+    s = Server("--capacity=2000000", "--key_width=8", "--value_width=8")
+    try:
+        flags = ["--mode=batch", "--batch=100", "--callers=2", f"--keys={2**60}", "--key_format=binary", "--seconds=1"]
+        code, put, err = load(s, *flags, "--get=0", "--put=1", "--seed=1")
+        assert code == 0 and int(put["errors"]) == 0, err
+
+        def gets(seed):
+            before = {r: s.counter("gpukv_operations_total", kind="GET", result=r) for r in ("OK", "NOT_FOUND")}
+            code, r, err = load(s, *flags, "--get=1", "--put=0", f"--seed={seed}")
+            assert code == 0 and int(r["errors"]) == 0, err
+            deadline = time.monotonic() + 5  # a batch's figures are recorded after its calls are answered
+            while True:
+                now = {k: s.counter("gpukv_operations_total", kind="GET", result=k) - v for k, v in before.items()}
+                if now["OK"] + now["NOT_FOUND"] == int(r["total_keys"]) or time.monotonic() > deadline:
+                    return now, int(r["total_keys"])
+                time.sleep(0.05)
+
+        found, total = gets(1)
+        assert found["OK"] + found["NOT_FOUND"] == total
+        assert found["OK"] >= min(total, int(put["total_keys"])) // 4, (found, total, put)
+        found, total = gets(2)
+        assert found == {"OK": 0, "NOT_FOUND": total}, found
+    finally:
+        s.stop()
+
+
 def test_cli_stream(server):
     def cli(*args, stdin=None):
         return subprocess.run([CLI, f"--target=127.0.0.1:{server.port}", *args], input=stdin, capture_output=True,
