@@ -208,7 +208,7 @@ struct PassRef {
   // kernel that compares from L2 is launched for this pass too, and runs it if every op writes
   // (Engine::compares_in_l2).
   bool inserts_expected;
-  // A pass of PUTs run without grouping (TableConfig::optimistic_inserts; ExecuteOp::run_optimistic).
+  // A pass of PUTs run without grouping (TableConfig::optimistic_inserts; ExecuteOp::try_optimistic).
   bool optimistic;
 
   GPUKV_HD_INLINE bool reserves() const {
