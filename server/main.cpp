@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <vector>
 #include <cstdio>
 #include <cctype>
@@ -134,27 +135,19 @@ void print_help() {
   }
 }
 
-gpukv::BackendKind parse_backend(const std::string& s) {
-  if (s == "cpu") return gpukv::BackendKind::kCpu;
-  if (s == "gpu") return gpukv::BackendKind::kGpu;
-  if (s == "auto") return gpukv::BackendKind::kAuto;
-  spdlog::critical("--backend must be auto, gpu or cpu, got '{}'", s);
-  std::exit(2);
-}
-
-gpukv::SlotLayout parse_slot_layout(const std::string& s) {
-  if (s == "board") return gpukv::SlotLayout::kBoard;
-  if (s == "line") return gpukv::SlotLayout::kLine;
-  if (s == "auto") return gpukv::SlotLayout::kAuto;
-  spdlog::critical("--slot_layout must be board, line or auto, got '{}'", s);
-  std::exit(2);
-}
-
-gpukv::OptimisticInserts parse_optimistic_inserts(const std::string& s) {
-  if (s == "auto") return gpukv::OptimisticInserts::kAuto;
-  if (s == "off") return gpukv::OptimisticInserts::kOff;
-  if (s == "always") return gpukv::OptimisticInserts::kAlways;
-  spdlog::critical("--optimistic_inserts must be auto, off or always, got '{}'", s);
+// The value among `choices` whose name (the table library's to_string) is `value`, given for --`flag`; any
+// other value stops the server with a message naming the choices in the order given.
+template <class E>
+E parse_choice(const char* flag, const std::string& value, std::initializer_list<E> choices) {
+  std::string names;
+  std::size_t i = 0;
+  for (const E choice : choices) {
+    if (value == gpukv::to_string(choice)) return choice;
+    names += i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ";
+    names += gpukv::to_string(choice);
+    ++i;
+  }
+  spdlog::critical("--{} must be {}, got '{}'", flag, names, value);
   std::exit(2);
 }
 
@@ -187,14 +180,18 @@ int main(int argc, char** argv) {
   gpukv::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  options.table.backend = parse_backend(absl::GetFlag(FLAGS_backend));
+  options.table.backend = parse_choice("backend", absl::GetFlag(FLAGS_backend),
+                                       {gpukv::BackendKind::kAuto, gpukv::BackendKind::kGpu, gpukv::BackendKind::kCpu});
   options.table.capacity = absl::GetFlag(FLAGS_capacity);
   options.table.host_capacity = absl::GetFlag(FLAGS_host_capacity);
   options.table.key_width = absl::GetFlag(FLAGS_key_width);
   options.table.value_width = absl::GetFlag(FLAGS_value_width);
   options.table.ticket_bits = absl::GetFlag(FLAGS_ticket_bits);
-  options.table.slot_layout = parse_slot_layout(absl::GetFlag(FLAGS_slot_layout));
-  options.table.optimistic_inserts = parse_optimistic_inserts(absl::GetFlag(FLAGS_optimistic_inserts));
+  options.table.slot_layout = parse_choice("slot_layout", absl::GetFlag(FLAGS_slot_layout),
+                                           {gpukv::SlotLayout::kBoard, gpukv::SlotLayout::kLine, gpukv::SlotLayout::kAuto});
+  options.table.optimistic_inserts = parse_choice(
+      "optimistic_inserts", absl::GetFlag(FLAGS_optimistic_inserts),
+      {gpukv::OptimisticInserts::kAuto, gpukv::OptimisticInserts::kOff, gpukv::OptimisticInserts::kAlways});
   options.table.max_load_factor = absl::GetFlag(FLAGS_max_load_factor);
   options.table.cleanup_headroom = absl::GetFlag(FLAGS_cleanup_headroom);
   options.table.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
