@@ -93,6 +93,11 @@ struct LanePolicy {
   bool lookups = false;       // the lookup kernel is launched for the pass
   bool lookups_miss = false;  // the last pass without writes found under half of its keys
   bool kinds_apart = false;   // the kernels of a mixed pass split by kind are launched for the pass
+  // Under kAuto, where no load of the table reaches items_from (group probing: default_clstash_load): a pass
+  // launched split by kind runs split whatever its mix turns out to be, and neither the Stash nor the clStash
+  // kernel is launched for it (CudaExecutor). The two kernels run any mix correctly (see above); a pass that
+  // is not mixed after all pays only the packing of its warps.
+  bool split_any_mix = false;
   // Every kernel of the step must get the same answer: from the pass's mix (StartPass) and the live keys as
   // the pass began. `items` itself grows while the Stash kernel inserts, and a pass that carried it past
   // items_from ran its ops in the clStash kernel too (TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce).
@@ -101,8 +106,9 @@ struct LanePolicy {
     return (mixes_reads_and_writes(c.writes, ops) && !kinds_apart) || c.start_items >= items_from;
   }
   // The pass runs split by kind: mixed and launched for it (under kAuto, below the load that switches to
-  // clStash).
+  // clStash), or launched for it where split_any_mix.
   GPUKV_HD_INLINE bool split(const Counters& c) const {
+    if (kinds_apart && mode == LaneMode::kAuto && split_any_mix) return true;
     if (!kinds_apart || !mixes_reads_and_writes(c.writes, ops)) return false;
     return mode == LaneMode::kSplit || (mode == LaneMode::kAuto && c.start_items < items_from);
   }
@@ -340,7 +346,8 @@ class PassRunner {
     }
     exec_.execute(n, ExecuteOp<Ref>{engine},
                   LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_,
-                             lanes_ == LaneMode::kSplit || (lanes_ == LaneMode::kAuto && mixed_expected_)});
+                             lanes_ == LaneMode::kSplit || (lanes_ == LaneMode::kAuto && mixed_expected_),
+                             clstash_items_ > capacity_});
     if (ahead) {
       if (copy_lanes_ != 0) {
         exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_, counters_, true});
