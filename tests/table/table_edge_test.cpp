@@ -505,6 +505,37 @@ TEST_P(TableEdgeTest, PassesAfterAMixedOneRunSplitWhateverTheirMix) {
   model.check_contents(table);
 }
 
+// Under kAuto, the passes queued after passes of new keys run optimistically (TableConfig::optimistic_inserts),
+// whatever they hold. Promise: a batch of GETs that comes next (hits and misses) is answered as
+// the model says, and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather
+// than failing the pass and running it again (no failure is counted), and only the batches of PUTs count as
+// optimistic passes. For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
+TEST_P(TableEdgeTest, GetsAfterNewKeysRunAsLookupsWithoutARedo) {
+  for (const std::uint32_t key_width : {8u, 16u}) {
+    SCOPED_TRACE("key_width " + std::to_string(key_width));
+    TableConfig c = config(key_width, 8, 50000);
+    c.slot_layout = SlotLayout::kLine;  // the default for 8-byte keys on the GPU, not for 16-byte ones
+    Table table(c);
+    Model model(table.stats().device.max_items);
+    Generator gen(23, key_width, 8);
+    const auto keys = gen.unique_keys(30000);
+    for (std::size_t batch = 0; batch < 2; ++batch) {  // both optimistic: a new table's first pass tries too
+      std::vector<Op> puts;
+      for (std::size_t i = batch * 10000; i < (batch + 1) * 10000; ++i) puts.push_back(put(keys[i], gen.value()));
+      model.run(table, puts);
+      ASSERT_FALSE(HasFatalFailure());
+    }
+    std::vector<Op> gets;
+    for (std::size_t i = 0; i < 30000; i += 2) gets.push_back(get(keys[i]));  // two thirds hit
+    model.run(table, gets);
+    ASSERT_FALSE(HasFatalFailure());
+    const TableStats stats = table.stats();
+    EXPECT_EQ(stats.optimistic_failures, 0u);
+    if (GetParam() == BackendKind::kGpu) EXPECT_EQ(stats.optimistic_passes, 2u) << "the two batches of new keys";
+    model.check_contents(table);
+  }
+}
+
 TEST_P(TableEdgeTest, GetWithoutValueColumnsStillReportsStatus) {
   Table table(config());
   Columns writes(table, {put("k", "v")});

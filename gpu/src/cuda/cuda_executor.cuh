@@ -92,11 +92,9 @@ class CudaExecutor {
   void execute_walks(std::uint64_t n, const ExecuteOp<Ref>& f, LanePolicy policy) {
     const std::uint64_t needed = (n + kBlockThreads - 1) / kBlockThreads;
     if constexpr (kWalk == Walk::kLine) {
-      if constexpr (Ref::key_words == 1) {
-        if (f.e.pass.optimistic) {  // its kernel alone (PassRef::optimistic: one-word keys only)
-          launch_probing<optimistic_kernel<Ref>>("ExecuteOp.optimistic", n, f, policy, needed);
-          return;
-        }
+      if (f.e.pass.optimistic) {  // its kernel alone (PassRef::optimistic)
+        launch_probing<optimistic_kernel<Ref>>("ExecuteOp.optimistic", n, f, policy, needed);
+        return;
       }
       // Under kAuto, a line's pass after one of inserts runs in Stash lanes, whatever it turns out to hold: the
       // clStash kernel, which would return at once in a pass of inserts, is not launched. A mixed pass then

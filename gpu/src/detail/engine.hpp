@@ -43,7 +43,7 @@
 //    mixed pass's other ops before its PUTs), it becomes a TOMBSTONE at once (commit, Settle). An overwrite
 //    rewrites only the value, which only the key's own thread reads. Everything else is ordered by kernel
 //    boundaries (on the CPU backend, by the thread pool's join at the end of each step).
-//  * An optimistic pass (PassRef::optimistic: PUTs only, not grouped, on the GPU's line of one-word keys) may
+//  * An optimistic pass (PassRef::optimistic: PUTs only, not grouped, on the GPU's line) may
 //    run two ops of one key at once. Only one of them inserts it: each claims an EMPTY ticket of the first
 //    unit holding one, with a CAS that fails if the unit changed, and a walk that meets a claim it cannot
 //    judge yet tries again (settled). Any op whose key is present fails the pass, which is then undone and
@@ -343,26 +343,30 @@ struct Engine {
 
   // Whether an optimistic pass's walk may judge a unit (PassRef::optimistic), where no op's key is alone in
   // the pass by grouping: another op may be inserting this op's key meanwhile, and its claim shows as a BUSY
-  // ticket, whose key is not known, or as a FULL ticket of the key's code whose slot still holds an EMPTY
-  // slot's zeros (full_claim_code). Each lasts until that op's next store or release; the walk is then tried
-  // again (OptimisticTry::kAgain), and sees that key if it is this op's. A FULL ticket whose slot holds zeros
-  // is a zero key, not a claim, where its code is the zero key's of the length its lengths word gives (a
-  // claim made FULL at once never has that code: full_claim_code). A lengths word loaded from before the
-  // claim (the slot was EMPTY, its lengths 0) gives length 0: over zeros, that is a zero key's code such a
-  // claim never has either; over a stored key, no key of length 0 holds one. Either way the walk tries again
-  // rather than compare against lengths that are not the key's.
+  // ticket, whose key is not known, or (one-word keys) as a FULL ticket of the key's code whose slot still
+  // holds an EMPTY slot's zeros (full_claim_code). Each lasts until that op's next store or release; the walk
+  // is then tried again (OptimisticTry::kAgain), and sees that key if it is this op's. A FULL ticket whose
+  // slot holds zeros is a zero key, not a claim, where its code is the zero key's of the length its lengths
+  // word gives (a claim made FULL at once never has that code: full_claim_code). A lengths word loaded from
+  // before the claim (the slot was EMPTY, its lengths 0) gives length 0: over zeros, that is a zero key's code
+  // such a claim never has either; over a stored key, no key of length 0 holds one. Either way the walk tries
+  // again rather than compare against lengths that are not the key's.
+  // Keys of more words are always claimed through BUSY, so their FULL tickets are published keys, which the
+  // walk judges as any other (a zero key of 9 bytes or more among them: no one-word zero key's code applies).
   GPUKV_HD_INLINE bool settled(std::uint64_t word, std::uint64_t lanes, const UnitWords& u, const Probe& p) const {
     if ((Codec::match(u.tickets, Codec::kBusy) & lanes) != 0) return false;
     bool judged = true;
-    for (std::uint64_t m = Codec::match(u.tickets, p.code) & lanes; m != 0; m &= m - 1) {
-      const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
-      const std::uint32_t len = table.line_key_len(u.lens, slot);
-      if (table.key_words_zero(slot) ? p.code != zero_key_code(len) : len == 0) judged = false;
+    if constexpr (Ref::key_words == 1) {
+      for (std::uint64_t m = Codec::match(u.tickets, p.code) & lanes; m != 0; m &= m - 1) {
+        const std::uint64_t slot = Ref::slot_of(word, Codec::field_of(m));
+        const std::uint32_t len = table.line_key_len(u.lens, slot);
+        if (table.key_words_zero(slot) ? p.code != zero_key_code(len) : len == 0) judged = false;
+      }
     }
     return judged;
   }
 
-  // An optimistic pass's PUT (PassRef::optimistic; GPU, a line of one-word keys), one try: walks from `p`'s
+  // An optimistic pass's PUT (PassRef::optimistic; GPU, a line), one try: walks from `p`'s
   // start and inserts the key (kInserted); or finds the key present (an earlier key, or another op of the
   // pass inserted it first) or no EMPTY ticket, and changes nothing (kFailed); or changes nothing and must be
   // tried again, from the start (kAgain): its walk met a unit it cannot judge yet (settled), or another op

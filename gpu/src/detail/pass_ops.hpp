@@ -382,7 +382,7 @@ struct ExecuteOp {
     Probe p;
     if (begin<kWalk>(op, p)) walk<kWalk, kSettle, kClaimFull>(op, p, tally);
   }
-  // One try of an optimistic pass's op (PassRef::optimistic; the GPU's line of one-word keys), a PUT or
+  // One try of an optimistic pass's op (PassRef::optimistic; the GPU's line), a PUT or
   // PUT_IF_ABSENT (optimistic_ready): returns false if it must be tried again (Engine::insert_optimistic).
   // Where it inserts its key, with no grouping before, it is answered kOk; where it finds its key present, or
   // no EMPTY ticket, it fails the pass and is answered anything but kOk, which tells FindOptimisticInserts
@@ -417,6 +417,15 @@ struct ExecuteOp {
   GPUKV_HD bool optimistic_ready() const {
     const Counters& c = *e.pass.counters;
     return c.halted == 0 && c.checked == 0 && c.host_live == 0 && c.writes == e.batch.size && c.puts == e.batch.size;
+  }
+  // Whether an optimistic pass that may not run as one holds GETs only (StartPass counted no write), and may run
+  // them as a pass without writes does (run_lookup), with no grouping: the first pass of a call of GETs after
+  // passes of new keys, under kAuto. Not where BeginPass failed the pass: it then runs again, whatever it
+  // holds. The fields it reads no thread changes while the kernel runs (no thread that finds it true fails the
+  // pass), so every thread gets the same answer.
+  GPUKV_HD bool lookups_ready() const {
+    const Counters& c = *e.pass.counters;
+    return c.halted == 0 && c.host_live == 0 && c.writes == 0 && c.optimistic_failed == 0;
   }
   GPUKV_HD void fail_optimistic() const {
     if (e.pass.counters->halted == 0) {

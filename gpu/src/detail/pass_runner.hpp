@@ -279,8 +279,8 @@ class PassRunner {
   const PassStats& stats() const { return stats_; }
 
  private:
-  // Where a pass may run optimistically (PassRef::optimistic): the GPU's line walks, one-word keys.
-  static constexpr bool kMayRunOptimistic = Exec::kLineWalks && Ref::key_words == 1;
+  // Where a pass may run optimistically (PassRef::optimistic): the GPU's line walks.
+  static constexpr bool kMayRunOptimistic = Exec::kLineWalks;
 
   struct TierCleanup {
     explicit TierCleanup(std::uint64_t tombstones) : step(std::max<std::uint64_t>(1, tombstones)), next(step) {}
@@ -368,9 +368,16 @@ class PassRunner {
     }
     known_ = exec_.wait_snapshot(q.slot);
     if (q.pass.optimistic) {
-      stats_.optimistic_passes += 1;
-      if (known_.optimistic_failed != 0) return run_again_grouped(q, scratch);
-      optimistic_after_ = 1;
+      // A pass that held GETs only and was not failed by its BeginPass ran them as lookups
+      // (ExecuteOp::lookups_ready): it stands, and is no optimistic pass of PUTs, kept or redone.
+      if (known_.optimistic_failed != 0) {
+        stats_.optimistic_passes += 1;
+        return run_again_grouped(q, scratch);
+      }
+      if (known_.writes != 0) {
+        stats_.optimistic_passes += 1;
+        optimistic_after_ = 1;
+      }
     }
     finished_in_call_ += 1;
     const std::uint64_t n = q.batch.size;
@@ -432,8 +439,8 @@ class PassRunner {
     return q.ahead;
   }
 
-  // Whether the next pass queued runs optimistically (PassRef::optimistic): on the GPU, in a line of one-word
-  // keys whose values the probing step copies, with no host tier, as TableConfig::optimistic_inserts says.
+  // Whether the next pass queued runs optimistically (PassRef::optimistic): on the GPU, in a line whose values
+  // the probing step copies, with no host tier, as TableConfig::optimistic_inserts says.
   // kAuto: after a pass of new keys, or after two once a try has failed, until one succeeds: batches of new
   // keys taking turns with batches of other ops then fail once, not every other pass.
   bool runs_optimistic() const {
