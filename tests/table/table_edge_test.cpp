@@ -506,10 +506,10 @@ TEST_P(TableEdgeTest, PassesAfterAMixedOneRunSplitWhateverTheirMix) {
 }
 
 // Under kAuto, the passes queued after passes of new keys run optimistically (TableConfig::optimistic_inserts),
-// whatever they hold. Promise: a batch of GETs that comes next (hits and misses) is answered as
-// the model says, and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather
-// than failing the pass and running it again (no failure is counted), and only the batches of PUTs count as
-// optimistic passes. For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
+// whatever they hold. Promise: a batch of GETs that comes next (hits and misses) is answered as the model says,
+// and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather than failing the
+// pass and running it again (no failure is counted), and only the batches of PUTs count as optimistic passes.
+// For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
 TEST_P(TableEdgeTest, GetsAfterNewKeysRunAsLookupsWithoutARedo) {
   for (const std::uint32_t key_width : {8u, 16u}) {
     SCOPED_TRACE("key_width " + std::to_string(key_width));
