@@ -39,8 +39,8 @@ ABSL_FLAG(std::string, slot_layout, "auto",
           "128-byte line of tickets, lengths and slots; needs key_width + value_width <= 32) or auto (line on a "
           "GPU where a line holds 7 slots: key_width 8, value_width 8; else board)");
 ABSL_FLAG(std::string, optimistic_inserts, "auto",
-          "GPU passes of PUTs run without grouping their keys first, where the device tier is a line of 8-byte "
-          "keys and values of up to 16 bytes with no host tier: auto (after a pass that inserted only new keys), "
+          "GPU passes of PUTs run without grouping their keys first, where the device tier is a line of 8- or "
+          "16-byte keys and values of up to 16 bytes with no host tier: auto (after a pass that inserted only new keys), "
           "off, or always (a pass that meets a key already present is undone and run again, grouped)");
 ABSL_FLAG(double, max_load_factor, 0.95, "live keys / slots beyond which new keys are refused");
 ABSL_FLAG(double, cleanup_headroom, 0.5,

@@ -72,7 +72,7 @@ enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash, kSplit };
 // pass; on a kLine tier of 8- or 16-byte keys and values of 16 bytes or less, with no host tier). Each PUT
 // inserts its key if the table does not hold it; if one finds its key present (a key the pass repeats, or one
 // inserted before), the keys the pass inserted are taken out again and the pass runs again, grouped, so the
-// results are always those of batch order. A pass tried so that holds GETs only runs them as lookups. kAuto
+// results are always those of batch order. A pass so tried that holds only GETs runs them as lookups. kAuto
 // runs a pass optimistically where the pass before it only inserted new keys; kAlways tries every pass (for
 // tests); kOff never. The CPU backend ignores it.
 enum class OptimisticInserts : std::uint8_t { kAuto, kOff, kAlways };
