@@ -35,14 +35,20 @@ struct DeviceArray {
 
 __host__ __device__ inline std::uint64_t dscramble(std::uint64_t x) { return scramble(x); }
 
-// Key i of a key space: full-width keys whose first word is a bijection of (space, i), so keys are unique.
+// Key `index` of a key space, written at `key`: full-width keys whose first word is a bijection of (space,
+// index), so keys are unique.
+__device__ inline void write_key(std::uint8_t* key, std::uint32_t kw, std::uint64_t space, std::uint64_t index) {
+  auto* w = reinterpret_cast<std::uint64_t*>(key);
+  const std::uint64_t id = (space << 40) | index;
+  w[0] = dscramble(id);
+  for (std::uint32_t j = 1; j < kw / 8; ++j) w[j] = dscramble(id ^ (0x1234567ULL * j));
+}
+
+// Keys first..first+n-1 of a key space (write_key).
 __global__ void make_keys(std::uint8_t* keys, std::uint8_t* key_lens, std::uint64_t n, std::uint32_t kw,
                           std::uint64_t first, std::uint64_t space) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
-    auto* w = reinterpret_cast<std::uint64_t*>(keys + i * kw);
-    const std::uint64_t id = (space << 40) | (first + i);
-    w[0] = dscramble(id);
-    for (std::uint32_t j = 1; j < kw / 8; ++j) w[j] = dscramble(id ^ (0x1234567ULL * j));
+    write_key(keys + i * kw, kw, space, first + i);
     key_lens[i] = static_cast<std::uint8_t>(kw);
   }
 }
@@ -60,15 +66,25 @@ __global__ void fill_ops(std::uint8_t* ops, std::uint64_t n, std::uint8_t op) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) ops[i] = op;
 }
 
-// The mixed batch: op i works on key i of the inserted set, except the 5% of PUTs of new keys, which take
-// key i of the miss set. So every key appears once and the batch holds no same-key conflicts.
+// Which of `count` inserted keys the i-th key of a spread selection is: (i * kSpreadStride) mod count, a
+// bijection of [0, count) for any count below the stride (a prime), so that a selection of the first m
+// indices takes m distinct keys from every age of the fill rather than the m inserted first.
+constexpr std::uint64_t kSpreadStride = 2654435761u;
+__host__ __device__ inline std::uint64_t spread_index(std::uint64_t i, std::uint64_t count) {
+  return i * kSpreadStride % count;
+}
+
+// The mixed batch: op i works on key i of the inserted set (or, where `spread_over` is not 0, key
+// spread_index(i, spread_over) of it), except the 5% of PUTs of new keys, which take key i of the miss set. So
+// every key appears once and the batch holds no same-key conflicts.
 __global__ void make_mixed(std::uint8_t* ops, std::uint8_t* keys, const std::uint8_t* hit_keys,
-                           const std::uint8_t* miss_keys, std::uint64_t n, std::uint32_t kw) {
+                           const std::uint8_t* miss_keys, std::uint64_t n, std::uint32_t kw, std::uint64_t spread_over = 0) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
     const std::uint32_t r = static_cast<std::uint32_t>(dscramble(i ^ 0xABCDEF) % 100);
-    const std::uint8_t* from = r >= 90 && r < 95 ? miss_keys : hit_keys;
+    const bool new_key = r >= 90 && r < 95;
     ops[i] = r < 50 ? 0 : r < 95 ? 1 : 3;  // GET, PUT, DELETE
-    const auto* src = reinterpret_cast<const std::uint64_t*>(from + i * kw);
+    const std::uint64_t k = new_key || spread_over == 0 ? i : spread_index(i, spread_over);
+    const auto* src = reinterpret_cast<const std::uint64_t*>((new_key ? miss_keys : hit_keys) + k * kw);
     auto* dst = reinterpret_cast<std::uint64_t*>(keys + i * kw);
     for (std::uint32_t j = 0; j < kw / 8; ++j) dst[j] = src[j];
   }

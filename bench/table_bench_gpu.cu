@@ -5,9 +5,13 @@
 // 8-byte reads, and a linear-probing 8B/8B table of the cuco static_map kind (thread per key, 64-bit CAS on
 // the key).
 // --parts=churn holds a full table under deletes and new keys (bench_churn): what its clean-ups cost.
+// --parts=steady runs mixed batches for a while on a table at each load (bench_steady_mixed): their steady
+// rate, tombstones and clean-ups included.
 //
 //   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
 //                   --layouts=board,line   (slot layouts, each measured at every load in turn)
+//                   --mixed_keys=spread    (the mixed batch's keys from every age of the fill; first: the first
+//                                           half inserted, as measured before 2026-11-27)
 //
 // Prints one line per measurement: "RESULT <workload> <fields...>" (see print_result).
 #include <cuda_runtime.h>
@@ -33,7 +37,21 @@ struct TableRun {
   std::uint64_t n;
   int repeats;
   SlotLayout layout = SlotLayout::kBoard;
+  // The keys of the mixed batch and of the deletes after it: spread over every age of the fill (spread_index),
+  // or (false) the first inserted half, and the deletes from the second half, as before 2026-11-27: at high
+  // load the keys inserted first sit nearer their home units than the keys of the pure batches, all of them.
+  bool spread_mixed = true;
 };
+
+// Copies keys spread_index(first + i, count) of `from` (count keys of kw bytes) to `to`, for i < n.
+__global__ void select_spread_keys(std::uint8_t* to, const std::uint8_t* from, std::uint64_t first, std::uint64_t n,
+                                   std::uint64_t count, std::uint32_t kw) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const auto* src = reinterpret_cast<const std::uint64_t*>(from + spread_index(first + i, count) * kw);
+    auto* dst = reinterpret_cast<std::uint64_t*>(to + i * kw);
+    for (std::uint32_t j = 0; j < kw / 8; ++j) dst[j] = src[j];
+  }
+}
 
 std::string describe(const TableRun& r) {
   char buf[240];
@@ -124,13 +142,19 @@ void bench_table(const TableRun& r) {
     set_keys(hit_keys, 0, fill);
     best_overwrite = std::min(best_overwrite, timed(table, fill, OpStatus::kOk, "overwrite"));
 
-    // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over the first half of the inserted keys.
-    make_mixed<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, hit_keys.p, miss_keys.p, mixed_n, r.kw);
+    // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over half of the inserted keys (spread over
+    // the fill unless r.spread_mixed is off: the first half).
+    make_mixed<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, hit_keys.p, miss_keys.p, mixed_n, r.kw,
+                                  r.spread_mixed ? fill : 0);
     best_mixed = std::min(best_mixed, timed(table, mixed_n, OpStatus::kOk, "mixed"));
 
     // Delete: keys of the half the mixed batch left alone, as many as would leave a clean-up out.
     set_ops(delete_n, OpKind::kDelete);
-    set_keys(hit_keys, mixed_n, delete_n);
+    if (r.spread_mixed) {
+      select_spread_keys<<<kGrid, kBlock>>>(batch.keys.p, hit_keys.p, mixed_n, delete_n, fill, r.kw);
+    } else {
+      set_keys(hit_keys, mixed_n, delete_n);
+    }
     const std::uint64_t cleanups_before = table.stats().cleanups;
     best_delete = std::min(best_delete, timed(table, delete_n, OpStatus::kOk, "delete"));
     delete_cleanups = table.stats().cleanups - cleanups_before;
@@ -148,8 +172,8 @@ void bench_table(const TableRun& r) {
   const double pure_ms = static_cast<double>(mixed_n) * (0.50 * best_hit / fill + 0.40 * best_overwrite / fill +
                                                          0.05 * best_insert / fill + 0.05 * best_delete / delete_n);
   const double avg_rate = 0.5 * (fill / best_insert + fill / best_hit);
-  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f", pure_ms / best_mixed,
-                (mixed_n / best_mixed) / avg_rate);
+  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f mixed_keys=%s",
+                pure_ms / best_mixed, (mixed_n / best_mixed) / avg_rate, r.spread_mixed ? "spread" : "first");
   print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
 }
 
@@ -232,6 +256,82 @@ void bench_churn(const TableRun& r, double max_load, double headroom_share, doub
                 static_cast<unsigned long long>(s.device.tombstones), static_cast<unsigned long long>(s.device.items));
   print_result("churn", describe(r), static_cast<double>(full) / static_cast<double>(s0.device.capacity), 3 * d * rounds,
                ms_clean + ms_plain, extra);
+}
+
+// One batch of bench_steady_mixed: d ops (a multiple of 20) on the live keys oldest..oldest+live-1 of key space
+// 5. Op i: where i % 20 is 0, a DELETE of key oldest + i / 20 (the keys written longest ago); where 1, a PUT of
+// the new key oldest + live + i / 20; else a GET (50 of every 90) or a PUT over a live key past the deleted
+// ones, taken in turn from `turn * d` on, so that no key appears twice and the batch has no same-key ops.
+__global__ void make_mixed_round(std::uint8_t* ops, std::uint8_t* keys, std::uint8_t* key_lens, std::uint64_t d,
+                                 std::uint32_t kw, std::uint64_t oldest, std::uint64_t live, std::uint64_t turn) {
+  const std::uint64_t churned = d / 20;
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < d; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    std::uint64_t index;
+    if (i % 20 == 0) {
+      ops[i] = static_cast<std::uint8_t>(OpKind::kDelete);
+      index = oldest + i / 20;
+    } else if (i % 20 == 1) {
+      ops[i] = static_cast<std::uint8_t>(OpKind::kPut);
+      index = oldest + live + i / 20;
+    } else {
+      ops[i] = static_cast<std::uint8_t>(dscramble(i ^ (turn << 32)) % 90 < 50 ? OpKind::kGet : OpKind::kPut);
+      index = oldest + churned + (turn * d + i) % (live - churned);
+    }
+    write_key(keys + i * kw, kw, 5, index);
+    key_lens[i] = static_cast<std::uint8_t>(kw);
+  }
+}
+
+// Mixed batches in a steady state: the table filled with n keys at the run's load, then `rounds` batches of
+// max_batch ops (one pass each), 50% GETs and 40% overwrites of live keys, 5% deletes of the keys written
+// longest ago and 5% new keys, so that the live keys stay n (make_mixed_round). Unlike bench_table's one mixed
+// batch, this includes what a long mixed workload's tombstones cost: the walks they lengthen, and the
+// clean-ups that remove those new keys do not reuse. Every op must end kOk.
+void bench_steady_mixed(const TableRun& r, int rounds) {
+  const std::uint32_t stride = value_stride(r.vw);
+  // The default maximum load (TableConfig), where bench_table's 1.0 lets a batch of new keys fill the table: a
+  // tier at max_items keeps its headroom EMPTY, and its tombstones are cleaned once they take their share of
+  // it (cleanup_headroom); at 1.0 there is no headroom, and a walk may meet no EMPTY ticket for long.
+  TableConfig config = table_config(r);
+  config.max_load_factor = TableConfig{}.max_load_factor;
+  if (r.load >= config.max_load_factor) {
+    std::printf("SKIPPED steady_mixed at load %.2f: not below the maximum load %.2f\n", r.load, config.max_load_factor);
+    return;
+  }
+  Table table(config);
+  const std::uint64_t live = r.n;
+  {  // the fill's columns are freed before the rounds, so that clean-ups find memory for displaced keys
+    Batch fill(live, r.kw, stride);
+    make_keys<<<kGrid, kBlock>>>(fill.keys.p, fill.key_lens.p, live, r.kw, 0, 5);
+    make_values<<<kGrid, kBlock>>>(fill.values.p, fill.value_lens.p, live, r.vw, stride, 11);
+    fill_ops<<<kGrid, kBlock>>>(fill.ops.p, live, static_cast<std::uint8_t>(OpKind::kPut));
+    CHECK(cudaDeviceSynchronize());
+    table.execute_on_device(fill.in(live), fill.out());
+    expect_status(fill, live, OpStatus::kOk, "steady fill");
+  }
+  const std::uint64_t d = r.max_batch / 20 * 20;
+  Batch batch(d, r.kw, stride);
+  make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, d, r.vw, stride, 13);
+  const TableStats s0 = table.stats();
+  Timer timer;
+  double ms = 0;
+  std::uint64_t oldest = 0;
+  for (int round = 0; round < rounds; ++round) {
+    make_mixed_round<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, batch.key_lens.p, d, r.kw, oldest, live,
+                                        static_cast<std::uint64_t>(round));
+    CHECK(cudaDeviceSynchronize());
+    timer.start();
+    table.execute_on_device(batch.in(d), batch.out());
+    ms += timer.stop_ms();
+    expect_status(batch, d, OpStatus::kOk, "steady mixed");
+    oldest += d / 20;
+  }
+  const TableStats s = table.stats();
+  char extra[200];
+  std::snprintf(extra, sizeof extra, "rounds=%d cleanups=%llu tombstones_end=%llu items_end=%llu", rounds,
+                static_cast<unsigned long long>(s.cleanups - s0.cleanups), static_cast<unsigned long long>(s.device.tombstones),
+                static_cast<unsigned long long>(s.device.items));
+  print_result("steady_mixed", describe(r), r.load, d * static_cast<std::uint64_t>(rounds), ms, extra);
 }
 
 // ---- Baselines measured in the same run ----
@@ -411,7 +511,7 @@ int main(int argc, char** argv) {
   const std::vector<double> loads = flags.doubles("loads", "0.5,0.8,0.9,0.95");
   const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 27);
   const int repeats = static_cast<int>(flags.u64("repeats", 3));
-  const std::string parts = flags.str("parts", "hw,lp,table");  // also: switch, churn
+  const std::string parts = flags.str("parts", "hw,lp,table");  // also: switch, churn, steady
   if (parts.find("hw") != std::string::npos) bench_hardware();
   if (parts.find("lp") != std::string::npos) bench_linear_probing(flags.u64("lp_n", n), loads, repeats);
   if (parts.find("switch") != std::string::npos) {
@@ -433,6 +533,17 @@ int main(int argc, char** argv) {
       }
     }
   }
+  if (parts.find("steady") != std::string::npos) {
+    for (double load : loads) {
+      for (gpukv::SlotLayout layout : parse_layouts(flags.str("layouts", "board"))) {
+        TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
+                   static_cast<std::uint32_t>(flags.u64s("tickets", "8")[0]), parse_probing(flags.str("probing", "group")),
+                   parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]),
+                   load, n, repeats, layout};
+        bench_steady_mixed(r, static_cast<int>(flags.u64("steady_rounds", 200)));
+      }
+    }
+  }
   if (parts.find("table") != std::string::npos) {
     for (std::uint64_t tickets : flags.u64s("tickets", "8")) {
       for (std::uint64_t max_batch : flags.u64s("max_batch", "4194304")) {
@@ -441,7 +552,7 @@ int main(int argc, char** argv) {
             TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
                        static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),
                        parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(max_batch), load, n, repeats,
-                       layout};
+                       layout, flags.str("mixed_keys", "spread") != "first"};
             bench_table(r);
           }
         }

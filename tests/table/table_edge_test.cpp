@@ -505,6 +505,78 @@ TEST_P(TableEdgeTest, PassesAfterAMixedOneRunSplitWhateverTheirMix) {
   model.check_contents(table);
 }
 
+// A table whose every slot has held a key has no EMPTY ticket left, only tombstones, until a clean-up runs
+// (held here). On the GPU a mixed pass split by kind (LanePolicy::split, every mixed pass under kSplit) runs
+// its PUTs in a kernel of their own, where new keys then claim tombstones (through BUSY) while overwrites
+// compare keys in the same lines. Promise: with room left for them, every new key of such batches is stored
+// (kOk, never kFull), every answer is the model's, and the table holds exactly the model's keys.
+TEST_P(TableEdgeTest, NewKeysOfMixedBatchesTakeTombstonesWhereNoSlotIsEmpty) {
+  TableConfig c = config(8, 8, 3000);
+  c.max_load_factor = 1.0;
+  c.lanes = LaneMode::kSplit;
+  Table table(c);
+  table.hold_cleanup(true);
+  const std::uint64_t slots = table.stats().device.capacity;
+  Model model(table.stats().device.max_items);
+  Generator gen(29, 8, 8);
+  const auto keys = gen.unique_keys(slots * 2);
+  std::vector<Op> fill;
+  for (std::uint64_t i = 0; i < slots; ++i) fill.push_back(put(keys[i], gen.value()));
+  model.run(table, fill);  // every slot: exactly as many keys as fit, so none may be refused
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<Op> deletes;
+  for (std::uint64_t i = 0; i < slots; i += 2) deletes.push_back(del(keys[i]));
+  model.run(table, deletes);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(table.stats().device.tombstones, (slots + 1) / 2);
+  // Mixed batches: GETs and overwrites of the keys left, and new keys, a quarter of the slots in all.
+  std::uint64_t next_new = slots;
+  for (int batch = 0; batch < 4; ++batch) {
+    std::vector<Op> ops;
+    for (std::uint64_t i = 1; i < slots; i += 2) {
+      ops.push_back(i % 4 == 1 ? get(keys[i]) : put(keys[i], gen.value()));
+      if (i % 16 == 1) ops.push_back(put(keys[next_new++], gen.value()));
+    }
+    model.run(table, ops);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  EXPECT_EQ(model.fulls(), 0u);
+  EXPECT_EQ(table.stats().cleanups, 0u);
+  model.check_contents(table);
+  table.hold_cleanup(false);
+}
+
+// Keys of zero bytes (one of each length up to 8, the empty key among them) overwritten in mixed batches split
+// by kind, beside many new keys, some of which share a zero key's ticket code. On the GPU the split's PUT kernel
+// claims a new key's EMPTY ticket FULL at once, its slot's zeros visible until the key is stored, except where
+// the key's code is a zero key's (Engine::full_claim_code). The zero keys are written in every other batch and
+// read in the others, so that each is alone in its pass and runs in the kernel of PUTs. Promise: each zero
+// key keeps its own latest value, and every answer is the model's.
+TEST_P(TableEdgeTest, ZeroKeysKeepTheirValuesBesideNewKeysInMixedBatches) {
+  TableConfig c = config(8, 8, 400000);
+  c.lanes = LaneMode::kSplit;
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  Generator gen(31, 8, 8);
+  std::vector<std::string> zeros;
+  for (std::size_t len = 0; len <= 8; ++len) zeros.push_back(std::string(len, '\0'));
+  const auto keys = gen.unique_keys(300000);
+  const auto is_zero = [](const std::string& k) { return k.find_first_not_of('\0') == std::string::npos; };
+  std::size_t next_new = 0;
+  for (int batch = 0; batch < 12; ++batch) {
+    std::vector<Op> ops;
+    for (const auto& z : zeros) ops.push_back(batch % 2 == 0 ? put(z, gen.value()) : get(z));
+    for (int i = 0; i < 20000 && next_new < keys.size(); ++i, ++next_new) {
+      if (!is_zero(keys[next_new])) ops.push_back(put(keys[next_new], gen.value()));
+      const std::string& old = keys[static_cast<std::size_t>(i) * 7 % (next_new + 1)];
+      if (!is_zero(old)) ops.push_back(get(old));
+    }
+    model.run(table, ops);
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  model.check_contents(table);
+}
+
 // Under kAuto, the passes queued after passes of new keys run optimistically (TableConfig::optimistic_inserts),
 // whatever they hold. Promise: a batch of GETs that comes next (hits and misses) is answered as the model says,
 // and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather than failing the

@@ -125,7 +125,7 @@ class CudaExecutor {
     // A pass that runs split whatever its mix (LanePolicy::split_any_mix) launches neither lane schedule: each
     // launch, though its kernel returns at once, cost 5 us a pass on the step clock (H100, run 297); mixed
     // batches 1.008-1.009x without them (run 306).
-    const bool split_only = policy.kinds_apart && policy.mode == LaneMode::kAuto && policy.split_any_mix;
+    const bool split_only = policy.splits_any_mix();
     if (policy.mode != LaneMode::kClStash && !split_only) {
       launch_probing<stash_kernel<Ref, kWalk>>("ExecuteOp.stash", n, f, policy, needed);
     }
@@ -137,8 +137,11 @@ class CudaExecutor {
     // passes of a line at load 0.5, of the 0.94 it took for clStash's deletes and new keys, and mixed passes
     // gained 1.4-3.4% where they gain 2.4-6.8% (H100, run 258).
     if (policy.kinds_apart) {
-      launch_probing<split_kernel<Ref, kWalk, false>>("ExecuteOp.split_others", n, f, policy, needed);
-      constexpr Walk kPutsWalk = kWalk == Walk::kLine ? Walk::kLineFromL2 : kWalk;
+      // In a line, the GETs and deletes fetch each line whole (Walk::kLineFetched), and the PUTs of one-word keys
+      // do not (kLineFromL2NoFetch): Walk says why, and what each measured.
+      constexpr Walk kOthersWalk = kWalk == Walk::kLine ? Walk::kLineFetched : kWalk;
+      launch_probing<split_kernel<Ref, kOthersWalk, false>>("ExecuteOp.split_others", n, f, policy, needed);
+      constexpr Walk kPutsWalk = kWalk != Walk::kLine ? kWalk : Ref::key_words == 1 ? Walk::kLineFromL2NoFetch : Walk::kLineFromL2;
       launch_probing<split_kernel<Ref, kPutsWalk, true>>("ExecuteOp.split_puts", n, f, policy, needed);
     }
     if constexpr (kWalk == Walk::kLine) {

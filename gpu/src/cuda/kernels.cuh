@@ -155,11 +155,14 @@ __global__ void __launch_bounds__(kBlockThreads, kWalk == Walk::kLineFromL2 ? GP
 
 // A mixed pass split by kind (LanePolicy::split), in two kernels launched one after the other: the ops other
 // than PUTs (kPuts false), whose deletes settle at once (no PUT runs beside them: Settle::kAlways, which the
-// PUT kernel, running no delete, takes too), then the PUTs, which in a line compare from L2 (kLineFromL2) and
-// so publish their new keys in the pass, through BUSY: claims made FULL at once (Engine::full_claim_code)
-// took registers from the packed loop, and cost mixed passes 0.6-0.9%, their new keys being 5% of the ops
-// (H100, run 270). Kernels of their own rather than a branch in the Stash kernels: with the packed loop
-// beside the plain one, the kLineFromL2 kernel (a line's inserts) spilled 24 bytes a thread.
+// PUT kernel, running no delete, takes too), then the PUTs, which in a line compare from L2 and so publish
+// their new keys in the pass (Walk::kLineFromL2NoFetch for one-word keys, kLineFromL2 for two-word ones; a new
+// key of one word that takes an EMPTY ticket claims it FULL at once, Engine::full_claim_code). Claims made
+// FULL at once in a kLineFromL2 kernel took registers from the packed loop and cost mixed passes 0.6-0.9%
+// (H100, run 270); in the kLineFromL2NoFetch kernel they are part of the form measured in runs 315-317, at 64
+// registers with no spill. Kernels of their own rather than a branch in the
+// Stash kernels: with the packed loop beside the plain one, the kLineFromL2 kernel (a line's inserts)
+// spilled 24 bytes a thread.
 template <class Ref, Walk kWalk, bool kPuts>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     split_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
   Tally tally;
   grid_stride_packed(
       n, [&f](std::uint64_t op) { return carries_value(f.e.batch.ops[op]) == kPuts; },
-      [&f](std::uint64_t op, Tally& t) { f.template run<kWalk, Settle::kAlways, false>(op, t); }, tally);
+      [&f](std::uint64_t op, Tally& t) { f.template run<kWalk, Settle::kAlways>(op, t); }, tally);
   flush_tally(tally, counters);
 }
 

@@ -89,8 +89,8 @@ struct Probe {
   std::uint64_t unit;     // the next unit to examine
   std::uint64_t probe;    // its position in the sequence
   UnitWords words;        // its words when probe == 0 (loaded early; later units load theirs); once the walk
-                          // found its key in the device tier, the words of the key's unit; in a walk of
-                          // Walk::kLineFromL2, once it saw where a new key may be claimed (claim_unit), that
+                          // found its key in the device tier, the words of the key's unit; in a walk that
+                          // compares from L2 (from_l2), once it saw where a new key may be claimed (claim_unit), that
                           // unit's (the walks that never claim keep their loop as it was: run 225 measured
                           // the lookup kernel's misses 4-5% slower with it)
   Location at;            // the outcome so far; final once step() returns true
@@ -177,9 +177,9 @@ struct Engine {
   PassRef pass;
 
   // A device-tier unit's words as a walk of kind kWalk loads them (Walk).
-  // kFetchLine: a line's whole line fetched into L2 with its words (Board::load_with_next); a walk that
-  // compares from L2 always fetches it.
-  template <Walk kWalk, bool kFetchLine = kWalk == Walk::kLineFromL2>
+  // kFetchLine: a line's whole line fetched into L2 with its words (Board::load_with_next); Walk::kLineFromL2
+  // and kLineFetched always fetch it, kLine and kLineFromL2NoFetch never.
+  template <Walk kWalk, bool kFetchLine = kWalk == Walk::kLineFromL2 || kWalk == Walk::kLineFetched>
   GPUKV_HD_INLINE UnitWords load_unit(std::uint64_t word) const {
     UnitWords u{0, 0};
     if constexpr (kWalk == Walk::kAny) {
@@ -190,7 +190,7 @@ struct Engine {
     return u;
   }
   // The words of the plan's first unit: callers load them early, so that their latency overlaps other work.
-  template <Walk kWalk = Walk::kAny, bool kFetchLine = kWalk == Walk::kLineFromL2>
+  template <Walk kWalk = Walk::kAny, bool kFetchLine = kWalk == Walk::kLineFromL2 || kWalk == Walk::kLineFetched>
   GPUKV_HD_INLINE UnitWords first_unit(const ProbePlan& plan) const {
     return load_unit<kWalk, kFetchLine>(table.word_of(plan.first));
   }
@@ -312,7 +312,7 @@ struct Engine {
       p.at.claim_unit = p.unit;
       p.at.claim_probe = p.probe;
       p.at.claim_tickets = tickets;
-      if constexpr (kWalk == Walk::kLineFromL2) p.words = u;  // the lengths word a claim there writes (LensClaim)
+      if constexpr (from_l2(kWalk)) p.words = u;  // the lengths word a claim there writes (LensClaim)
     }
     if ((Codec::empty(tickets) & lanes) != 0) return end_of_tier<kWithHost>(p);
     p.unit = next_unit(p.unit, p.plan.step, t.units);
@@ -530,10 +530,9 @@ struct Engine {
   // changed nothing, if the op inserts a new key and the device tier has no room left, so that the caller
   // leaves it to the host phase; the host tier's code is then compiled out of the probing kernels, whose
   // registers are tight. kWalk: the walk's (step), which says whether a new key may be published now.
-  // kSettle: commit's. kClaimFull: where kWalk is kLineFromL2, a new key alone in the pass may claim an EMPTY
-  // ticket FULL at once (full_claim_code); the split's PUT kernel does not (LanePolicy::split).
-  template <bool kWithHost, Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, bool kClaimFull = true,
-            class Ops>
+  // kSettle: commit's. Where kWalk compares from L2 (from_l2), a new key alone in the pass may claim an EMPTY
+  // ticket FULL at once (full_claim_code).
+  template <bool kWithHost, Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, class Ops>
   GPUKV_HD bool apply(const Probe& p, Ops ops, Tally& tally) const {
     const Location& at = p.at;
     if (kWithHost && at.in_host) tally.host_avoided += static_cast<int>(at.host_avoided);
@@ -552,7 +551,7 @@ struct Engine {
     // and retries with the word it found). Not in the other line walks: in the clStash kernel it spilled 56
     // bytes more a thread, for a mixed pass's few new keys.
     LensClaim lens_claim{p.words.lens, SlotLens{p.key.len, 0}};
-    constexpr bool kLensInClaim = Ops::kAlone && kWalk == Walk::kLineFromL2;
+    constexpr bool kLensInClaim = Ops::kAlone && from_l2(kWalk);
 
     // The key's last op carries the commit's pending[] entry, if it leaves one; the others' stay
     // kNothingPending.
@@ -588,7 +587,7 @@ struct Engine {
             // the claim in local memory.
             lens_claim.wanted = kLensInClaim;
             lens_claim.lens.value = ops.value(op).len;
-            if constexpr (kLensInClaim && kClaimFull) lens_claim.full_code = static_cast<std::uint32_t>(full_claim_code(p));
+            if constexpr (kLensInClaim) lens_claim.full_code = static_cast<std::uint32_t>(full_claim_code(p));
             if (!place<kWithHost>(p, slot, slot_in_host, tally, kLensInClaim ? &lens_claim : nullptr)) {
               if (!kWithHost && host.units != 0) return false;  // only op of its key: nothing written yet
               batch.set_status(op, OpStatus::kFull);
@@ -615,7 +614,7 @@ struct Engine {
       pending = commit<true, Walk::kAny, kSettle>(host, p, slot, claimed, present, written, value, tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
-      table.template store_key<kWalk == Walk::kLineFromL2>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
+      table.template store_key<from_l2(kWalk)>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
       pending = pending_code(false, slot, p.code) | kPendingScatter;
     } else if (Ops::kAlone && pass.copy_later && at.hit && present && written) {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
@@ -651,7 +650,7 @@ struct Engine {
     };
     if (claimed) {
       if (!present) return forget();  // inserted and deleted within the pass (a key of several ops: never FULL)
-      t.template store_new<kWalk == Walk::kLineFromL2>(slot, p.key, value, lens_stored);
+      t.template store_new<from_l2(kWalk)>(slot, p.key, value, lens_stored);
       if (!kHost && claimed_full) return kNothingPending;
       if constexpr (kHost) {
         if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
@@ -660,11 +659,11 @@ struct Engine {
 #if defined(__CUDA_ARCH__)
       // Published now, while the claim's line is still in L2: at the pass's end it would cost a second random
       // atomic per insert (FinishPass; bench/RESULTS.md, "inserts publish their own slots"). On a board, or
-      // by a kernel whose compares read from L2 (kLineFromL2): a line's slots share sectors, so lookups that
+      // by a kernel whose compares read from L2 (from_l2): a line's slots share sectors, so lookups that
       // compare through L1 could see part of a slot from before it was written (TableRef::key_equals). GPU
       // code only: the CPU backend never publishes in the pass, and this branch compiled into its probing
       // loop, though never taken, cost its misses in small batches 9%.
-      if (!kHost && (kWalk == Walk::kLineFromL2 || t.slots_own_sectors())) {
+      if (!kHost && (from_l2(kWalk) || t.slots_own_sectors())) {
         t.board.publish(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code);
         return kNothingPending;
       }
@@ -692,11 +691,14 @@ struct Engine {
     if (written) {
       // In a line, the walk loaded the slot's lengths with its ticket (p.words): a value of the length the slot
       // holds leaves them as they are, one request to L2 less for the overwrite (overwrites 1.07-1.09x, runs
-      // 232-235). Only in the kernels of Walk::kLine, where overwrites run: the kernel of a line's passes of
-      // inserts (Walk::kLineFromL2) keeps the code run 230 measured.
+      // 232-235). Only in the kernels where overwrites run (Walk::kLine, and kLineFromL2NoFetch for a mixed
+      // pass's PUTs): the kernel of a line's passes of inserts (Walk::kLineFromL2) keeps the code run 230
+      // measured.
       bool same_len = false;
-      if constexpr (!kHost && kWalk == Walk::kLine) same_len = t.line_value_len(p.words.lens, slot) == value.len;
-      t.template store_value<kWalk == Walk::kLineFromL2>(slot, value, p.key.len, !same_len);
+      if constexpr (!kHost && (kWalk == Walk::kLine || kWalk == Walk::kLineFromL2NoFetch)) {
+        same_len = t.line_value_len(p.words.lens, slot) == value.len;
+      }
+      t.template store_value<from_l2(kWalk)>(slot, value, p.key.len, !same_len);
       if constexpr (kHost) tally.host_writes += 1;
     }
     return kNothingPending;

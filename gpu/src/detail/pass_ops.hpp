@@ -353,12 +353,12 @@ struct ExecuteOp {
   }
   GPUKV_HD_INLINE bool compares_in_l2() const { return e.compares_in_l2(); }
   // Applies the op once its walk is over; `in` is load_op(op), loaded whenever suits the caller.
-  // kWalk: the walk's (step). kSettle, kClaimFull: as Engine::apply's.
-  template <Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, bool kClaimFull = true>
+  // kWalk: the walk's (step). kSettle: as Engine::apply's.
+  template <Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts>
   GPUKV_HD void finish(std::uint64_t op, const Probe& p, const OpIn& in, Tally& tally) const {
     if constexpr (kWithHost) {
-      e.template apply<true, kWalk, kSettle, kClaimFull>(p, OneOp{op, in}, tally);
-    } else if (defer_to_host(p, in) || !e.template apply<false, kWalk, kSettle, kClaimFull>(p, OneOp{op, in}, tally)) {
+      e.template apply<true, kWalk, kSettle>(p, OneOp{op, in}, tally);
+    } else if (defer_to_host(p, in) || !e.template apply<false, kWalk, kSettle>(p, OneOp{op, in}, tally)) {
       // Its host address is added by HostQueueKey: computing it here would cost the probing kernels registers.
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     }
@@ -376,11 +376,11 @@ struct ExecuteOp {
   // Host threads only (CpuExecutor runs it a few ops ahead): Engine::prefetch_walk for op's plan.
   void prefetch(std::uint64_t, const Planned& planned, int stage) const { e.prefetch_walk(planned.plan, stage); }
 
-  // Stash: one walk per thread. kSettle, kClaimFull: as Engine::apply's.
-  template <Walk kWalk, Settle kSettle = Settle::kWithoutPuts, bool kClaimFull = true>
+  // Stash: one walk per thread. kSettle: as Engine::apply's.
+  template <Walk kWalk, Settle kSettle = Settle::kWithoutPuts>
   GPUKV_HD void run(std::uint64_t op, Tally& tally) const {
     Probe p;
-    if (begin<kWalk>(op, p)) walk<kWalk, kSettle, kClaimFull>(op, p, tally);
+    if (begin<kWalk>(op, p)) walk<kWalk, kSettle>(op, p, tally);
   }
   // One try of an optimistic pass's op (PassRef::optimistic; the GPU's line), a PUT or
   // PUT_IF_ABSENT (optimistic_ready): returns false if it must be tried again (Engine::insert_optimistic).
@@ -490,12 +490,12 @@ struct ExecuteOp {
   }
   // Walks a begun op to its end and applies it. The op's kind and value are loaded before the walk, so that
   // their latency hides behind it rather than following the claim.
-  template <Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts, bool kClaimFull = true>
+  template <Walk kWalk = Walk::kAny, Settle kSettle = Settle::kWithoutPuts>
   GPUKV_HD_INLINE void walk(std::uint64_t op, Probe& p, Tally& tally) const {
     const OpIn in = load_op(e.batch, op);
     while (!step<kWalk>(p, tally)) {
     }
-    finish<kWalk, kSettle, kClaimFull>(op, p, in, tally);
+    finish<kWalk, kSettle>(op, p, in, tally);
   }
 };
 

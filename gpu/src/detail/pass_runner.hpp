@@ -80,9 +80,9 @@ GPUKV_HD_INLINE bool mixes_reads_and_writes(std::uint64_t writes, std::uint64_t 
 // A mixed pass splits its ops by kind instead (`split`), where the host launched the kernels for it
 // (`kinds_apart`; under kAuto: after a mixed pass, a pass of more than 2M ops whose values the probing step
 // copies, CudaExecutor's kSplitMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
-// deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them; then its PUTs,
-// in a Stash kernel that in a line compares from L2 and so publishes their new keys in the pass
-// (Walk::kLineFromL2). Each kernel packs its warps with ops of its kind. Same-key ops are deferred as in
+// deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them (in a line, each
+// line fetched whole: Walk::kLineFetched); then its PUTs, in a Stash kernel that in a line compares from L2 and
+// so publishes their new keys in the pass (Walk::kLineFromL2NoFetch for one-word keys). Each kernel packs its warps with ops of its kind. Same-key ops are deferred as in
 // every pass, so the order of the two kernels reorders nothing. Where clStash left a mixed pass's deletes
 // (and a line's new keys) BUSY for FinishPass, a second random atomic each on a line that has left L2, the
 // split leaves it nothing: mixed passes of 4M ops 1.02-1.07x (H100, bench/RESULTS.md, run 260).
@@ -105,10 +105,13 @@ struct LanePolicy {
     if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
     return (mixes_reads_and_writes(c.writes, ops) && !kinds_apart) || c.start_items >= items_from;
   }
+  // The pass runs split by kind whatever its mix (split_any_mix, and launched for it): neither lane schedule
+  // need be launched for it.
+  GPUKV_HD_INLINE bool splits_any_mix() const { return kinds_apart && mode == LaneMode::kAuto && split_any_mix; }
   // The pass runs split by kind: mixed and launched for it (under kAuto, below the load that switches to
-  // clStash), or launched for it where split_any_mix.
+  // clStash), or splits_any_mix.
   GPUKV_HD_INLINE bool split(const Counters& c) const {
-    if (kinds_apart && mode == LaneMode::kAuto && split_any_mix) return true;
+    if (splits_any_mix()) return true;
     if (!kinds_apart || !mixes_reads_and_writes(c.writes, ops)) return false;
     return mode == LaneMode::kSplit || (mode == LaneMode::kAuto && c.start_items < items_from);
   }

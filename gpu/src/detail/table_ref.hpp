@@ -83,7 +83,26 @@ enum class Walk : std::uint8_t {
   // that had to fail. (Where the claim made the ticket FULL at once, a stale length is the zero slot's 0:
   // Engine::full_claim_code keeps the empty key's code out of such claims.)
   kLineFromL2,
+  // kLineFromL2 with each unit's first sector loaded alone, as kLine loads it, no line fetched whole: the
+  // kernel that runs a mixed pass's PUTs of one-word keys apart (LanePolicy::split), nine in ten of which
+  // overwrite a key the table holds, whose slot is one sector of the line. Against kLineFromL2 (H100): mixed
+  // batches 1.016-1.030x over the keys inserted first, 1.002-1.010x over keys of every age, and mixed batches
+  // in a steady state (bench_steady_mixed) 1.00-1.02x (runs 315-317). Two-word keys keep kLineFromL2: their
+  // kernel spilled 24 bytes a thread without the fetch, and ran mixed batches 0.986-0.997x (run 316).
+  kLineFromL2NoFetch,
+  // kLine with each unit's whole line fetched into L2 with its words (Board::load_with_next): the kernel that
+  // runs a mixed pass's GETs and deletes apart (LanePolicy::split). A key's slot may lie in its line's other
+  // 64-byte half, which a second DRAM access would bring, as for the lookups of passes expected to hit. H100,
+  // run 317, against kLine over keys of every age: mixed batches 1.006 / 1.021 / 1.023 / 1.025x at loads 0.5 /
+  // 0.8 / 0.9 / 0.95, mixed batches in a steady state 1.025-1.030x; a pass of deletes after a mixed one, which
+  // runs split, 0.961x at 0.5, level above.
+  kLineFetched,
 };
+
+// Whether a walk compares keys from L2 and publishes its new keys in the pass (kLineFromL2 and
+// kLineFromL2NoFetch): its claims write a line's lengths with the ticket (LensClaim), and its kernel's stores
+// of lengths are relaxed (TableRef's kFromL2 stores).
+constexpr bool from_l2(Walk w) { return w == Walk::kLineFromL2 || w == Walk::kLineFromL2NoFetch; }
 
 // When a delete's slot becomes a TOMBSTONE (Engine::commit): at once, while its line is in L2, or at the
 // pass's end (FinishPass), so that no insert reuses the slot and rewrites its key while a reader that saw its
@@ -231,7 +250,7 @@ GPUKV_UNROLL
     for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
       if (j < key_words) {
         std::uint64_t word;
-        if constexpr (kWalk == Walk::kLineFromL2) {
+        if constexpr (from_l2(kWalk)) {
           asm("ld.global.cg.u64 %0, [%1];" : "=l"(word) : "l"(stored + j));
         } else {
           word = stored[j];
@@ -262,7 +281,7 @@ GPUKV_UNROLL
 #endif
   }
 
-  // kFromL2, on the stores below: the caller is a kernel whose walks compare from L2 (Walk::kLineFromL2), the
+  // kFromL2, on the stores below: the caller is a kernel whose walks compare from L2 (from_l2(Walk)), the
   // only kernels where a claim writes a line's lengths word with a 16-byte CAS (Engine::place,
   // Board::claim_with_next). Their stores of lengths are then relaxed (a CAS is atomic only against the
   // strong accesses it races with), and a line slot of a one-word key is stored with its value's first word
