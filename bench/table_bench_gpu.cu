@@ -285,8 +285,8 @@ __global__ void make_mixed_round(std::uint8_t* ops, std::uint8_t* keys, std::uin
 // Mixed batches in a steady state: the table filled with n keys at the run's load, then `rounds` batches of
 // max_batch ops (one pass each), 50% GETs and 40% overwrites of live keys, 5% deletes of the keys written
 // longest ago and 5% new keys, so that the live keys stay n (make_mixed_round). Unlike bench_table's one mixed
-// batch, this includes what a long mixed workload's tombstones cost: the walks they lengthen, and the
-// clean-ups that remove those new keys do not reuse. Every op must end kOk.
+// batch, this includes what a long mixed workload's tombstones cost: the walks of new keys they lengthen, and
+// the clean-ups that remove the tombstones new keys have not reused. Every op must end kOk.
 void bench_steady_mixed(const TableRun& r, int rounds) {
   const std::uint32_t stride = value_stride(r.vw);
   // The default maximum load (TableConfig), where bench_table's 1.0 lets a batch of new keys fill the table: a

@@ -263,6 +263,9 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
       tiered({backend, 8, 8, 8, Probing::kGroup, 4000, ops(300000), 1 << 20, 0, 0.95, lanes}, 12000);
       lined({backend, 8, 8, 8, Probing::kGroup, 20000, ops(500000), 1 << 20, 0, 0.95, lanes});
       lined({backend, 16, 8, 4, Probing::kGroup, 4000, ops(300000), 1 << 20, 0, 0.95, lanes}, 12000);
+      // A line of one-word keys spilling into a host tier: under kSplit, the split kernels' own walks
+      // (Walk::kLineFetched, kLineFromL2NoFetch) beside the host phase.
+      lined({backend, 8, 8, 8, Probing::kGroup, 4000, ops(300000), 1 << 20, 0, 0.95, lanes}, 12000);
     }
   }
   return v;

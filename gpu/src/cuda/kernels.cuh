@@ -160,9 +160,8 @@ __global__ void __launch_bounds__(kBlockThreads, kWalk == Walk::kLineFromL2 ? GP
 // key of one word that takes an EMPTY ticket claims it FULL at once, Engine::full_claim_code). Claims made
 // FULL at once in a kLineFromL2 kernel took registers from the packed loop and cost mixed passes 0.6-0.9%
 // (H100, run 270); in the kLineFromL2NoFetch kernel they are part of the form measured in runs 315-317, at 64
-// registers with no spill. Kernels of their own rather than a branch in the
-// Stash kernels: with the packed loop beside the plain one, the kLineFromL2 kernel (a line's inserts)
-// spilled 24 bytes a thread.
+// registers with no spill. Kernels of their own rather than a branch in the Stash kernels: with the packed loop
+// beside the plain one, the kLineFromL2 kernel (a line's inserts) spilled 24 bytes a thread.
 template <class Ref, Walk kWalk, bool kPuts>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_PROBE_MIN_BLOCKS)
     split_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {

@@ -90,9 +90,9 @@ struct Probe {
   std::uint64_t probe;    // its position in the sequence
   UnitWords words;        // its words when probe == 0 (loaded early; later units load theirs); once the walk
                           // found its key in the device tier, the words of the key's unit; in a walk that
-                          // compares from L2 (from_l2), once it saw where a new key may be claimed (claim_unit), that
-                          // unit's (the walks that never claim keep their loop as it was: run 225 measured
-                          // the lookup kernel's misses 4-5% slower with it)
+                          // compares from L2 (from_l2), once it saw where a new key may be claimed
+                          // (claim_unit), that unit's (the walks that never claim keep their loop as it was:
+                          // run 225 measured the lookup kernel's misses 4-5% slower with it)
   Location at;            // the outcome so far; final once step() returns true
 };
 
