@@ -177,6 +177,19 @@ void bench_table(const TableRun& r) {
   print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
 }
 
+// Fills `table` with keys 0..count-1 of key space 5 (PUTs in one call); every op must end kOk. The batch's
+// columns are freed on return, so that the clean-ups that follow find memory for the keys they displace.
+void fill_with_keys(Table& table, const TableRun& r, std::uint64_t count, const char* what) {
+  const std::uint32_t stride = value_stride(r.vw);
+  Batch fill(count, r.kw, stride);
+  make_keys<<<kGrid, kBlock>>>(fill.keys.p, fill.key_lens.p, count, r.kw, 0, 5);
+  make_values<<<kGrid, kBlock>>>(fill.values.p, fill.value_lens.p, count, r.vw, stride, 11);
+  fill_ops<<<kGrid, kBlock>>>(fill.ops.p, count, static_cast<std::uint8_t>(OpKind::kPut));
+  CHECK(cudaDeviceSynchronize());
+  table.execute_on_device(fill.in(count), fill.out());
+  expect_status(fill, count, OpStatus::kOk, what);
+}
+
 // Churn on a full tier: the table is filled to max_items, then every round deletes the `share` of its
 // keys written longest ago, writes as many new keys, and looks up as many absent keys. Deletes leave
 // tombstones; the keys written after them take EMPTY slots (or reuse a tombstone on their walk), so the
@@ -195,15 +208,7 @@ void bench_churn(const TableRun& r, double max_load, double headroom_share, doub
   const TableStats s0 = table.stats();
   const std::uint64_t full = s0.device.max_items;
   const std::uint64_t d = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(share * static_cast<double>(full)));
-  {  // the fill's columns are freed before the rounds, so that clean-ups find memory for displaced keys
-    Batch fill(full, r.kw, stride);
-    make_keys<<<kGrid, kBlock>>>(fill.keys.p, fill.key_lens.p, full, r.kw, 0, 5);
-    make_values<<<kGrid, kBlock>>>(fill.values.p, fill.value_lens.p, full, r.vw, stride, 11);
-    fill_ops<<<kGrid, kBlock>>>(fill.ops.p, full, static_cast<std::uint8_t>(OpKind::kPut));
-    CHECK(cudaDeviceSynchronize());
-    table.execute_on_device(fill.in(full), fill.out());
-    expect_status(fill, full, OpStatus::kOk, "churn fill");
-  }
+  fill_with_keys(table, r, full, "churn fill");
 
   Batch batch(d, r.kw, stride);
   make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, d, r.vw, stride, 13);
@@ -300,15 +305,7 @@ void bench_steady_mixed(const TableRun& r, int rounds) {
   }
   Table table(config);
   const std::uint64_t live = r.n;
-  {  // the fill's columns are freed before the rounds, so that clean-ups find memory for displaced keys
-    Batch fill(live, r.kw, stride);
-    make_keys<<<kGrid, kBlock>>>(fill.keys.p, fill.key_lens.p, live, r.kw, 0, 5);
-    make_values<<<kGrid, kBlock>>>(fill.values.p, fill.value_lens.p, live, r.vw, stride, 11);
-    fill_ops<<<kGrid, kBlock>>>(fill.ops.p, live, static_cast<std::uint8_t>(OpKind::kPut));
-    CHECK(cudaDeviceSynchronize());
-    table.execute_on_device(fill.in(live), fill.out());
-    expect_status(fill, live, OpStatus::kOk, "steady fill");
-  }
+  fill_with_keys(table, r, live, "steady fill");
   const std::uint64_t d = r.max_batch / 20 * 20;
   Batch batch(d, r.kw, stride);
   make_values<<<kGrid, kBlock>>>(batch.values.p, batch.value_lens.p, d, r.vw, stride, 13);
