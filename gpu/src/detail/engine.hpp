@@ -177,9 +177,9 @@ struct Engine {
   PassRef pass;
 
   // A device-tier unit's words as a walk of kind kWalk loads them (Walk).
-  // kFetchLine: a line's whole line fetched into L2 with its words (Board::load_with_next); Walk::kLineFromL2
-  // and kLineFetched always fetch it, kLine and kLineFromL2NoFetch never.
-  template <Walk kWalk, bool kFetchLine = kWalk == Walk::kLineFromL2 || kWalk == Walk::kLineFetched>
+  // kFetchLine: a line's whole line fetched into L2 with its words (Board::load_with_next); by default as the
+  // walk does (fetches_line).
+  template <Walk kWalk, bool kFetchLine = fetches_line(kWalk)>
   GPUKV_HD_INLINE UnitWords load_unit(std::uint64_t word) const {
     UnitWords u{0, 0};
     if constexpr (kWalk == Walk::kAny) {
@@ -190,7 +190,7 @@ struct Engine {
     return u;
   }
   // The words of the plan's first unit: callers load them early, so that their latency overlaps other work.
-  template <Walk kWalk = Walk::kAny, bool kFetchLine = kWalk == Walk::kLineFromL2 || kWalk == Walk::kLineFetched>
+  template <Walk kWalk = Walk::kAny, bool kFetchLine = fetches_line(kWalk)>
   GPUKV_HD_INLINE UnitWords first_unit(const ProbePlan& plan) const {
     return load_unit<kWalk, kFetchLine>(table.word_of(plan.first));
   }

@@ -104,6 +104,10 @@ enum class Walk : std::uint8_t {
 // of lengths are relaxed (TableRef's kFromL2 stores).
 constexpr bool from_l2(Walk w) { return w == Walk::kLineFromL2 || w == Walk::kLineFromL2NoFetch; }
 
+// Whether a walk fetches each unit's whole line into L2 with its words (Board::load_with_next): kLineFromL2
+// and kLineFetched; kLine and kLineFromL2NoFetch load the first sector alone.
+constexpr bool fetches_line(Walk w) { return w == Walk::kLineFromL2 || w == Walk::kLineFetched; }
+
 // When a delete's slot becomes a TOMBSTONE (Engine::commit): at once, while its line is in L2, or at the
 // pass's end (FinishPass), so that no insert reuses the slot and rewrites its key while a reader that saw its
 // old FULL ticket compares against it. Chosen at compile time by the kernel that runs the delete.
