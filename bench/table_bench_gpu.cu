@@ -12,6 +12,8 @@
 //                   --layouts=board,line   (slot layouts, each measured at every load in turn)
 //                   --mixed_keys=spread    (the mixed batch's keys from every age of the fill; first: the first
 //                                           half inserted, as measured before 2026-11-27)
+//                   --slot_word=1          (--parts=table: a table with slot words, TableConfig::slot_word;
+//                                           every write carries one, every GET answers one)
 //
 // Prints one line per measurement: "RESULT <workload> <fields...>" (see print_result).
 #include <cuda_runtime.h>
@@ -41,6 +43,7 @@ struct TableRun {
   // or (false) the first inserted half, and the deletes from the second half, as before 2026-11-27: at high
   // load the keys inserted first sit nearer their home units than the keys of the pure batches, all of them.
   bool spread_mixed = true;
+  bool slot_word = false;  // TableConfig::slot_word, every write carrying a word and every GET answering one
 };
 
 // Copies keys spread_index(first + i, count) of `from` (count keys of kw bytes) to `to`, for i < n.
@@ -55,8 +58,9 @@ __global__ void select_spread_keys(std::uint8_t* to, const std::uint8_t* from, s
 
 std::string describe(const TableRun& r) {
   char buf[240];
-  std::snprintf(buf, sizeof buf, "kw=%u vw=%u tickets=%u probing=%s layout=%s lanes=%s max_batch=%u", r.kw, r.vw, r.tickets,
-                to_string(r.probing), to_string(r.layout), to_string(r.lanes), r.max_batch);
+  std::snprintf(buf, sizeof buf, "kw=%u vw=%u tickets=%u probing=%s layout=%s lanes=%s max_batch=%u%s", r.kw, r.vw,
+                r.tickets, to_string(r.probing), to_string(r.layout), to_string(r.lanes), r.max_batch,
+                r.slot_word ? " slot_word=1" : "");
   return buf;
 }
 
@@ -72,6 +76,7 @@ TableConfig table_config(const TableRun& r) {
   c.max_batch = r.max_batch;
   c.max_load_factor = 1.0;
   c.capacity = static_cast<std::uint64_t>(static_cast<double>(r.n) / r.load);
+  c.slot_word = r.slot_word;
   return c;
 }
 
@@ -88,7 +93,7 @@ void bench_table(const TableRun& r) {
     Table probe(config);
     fill = static_cast<std::uint64_t>(r.load * static_cast<double>(probe.stats().device.capacity));
   }
-  Batch batch(fill, r.kw, stride);
+  Batch batch(fill, r.kw, stride, r.slot_word);
   DeviceArray<std::uint8_t> hit_keys(fill * r.kw), miss_keys(fill * r.kw), lens(fill);
   make_keys<<<kGrid, kBlock>>>(hit_keys.p, lens.p, fill, r.kw, 0, 1);
   make_keys<<<kGrid, kBlock>>>(miss_keys.p, lens.p, fill, r.kw, 0, 2);
@@ -549,7 +554,7 @@ int main(int argc, char** argv) {
             TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
                        static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),
                        parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(max_batch), load, n, repeats,
-                       layout, flags.str("mixed_keys", "spread") != "first"};
+                       layout, flags.str("mixed_keys", "spread") != "first", flags.u64("slot_word", 0) != 0};
             bench_table(r);
           }
         }

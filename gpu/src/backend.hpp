@@ -105,6 +105,8 @@ Ref make_table_ref(const Geometry& g, const TierGeometry& tier, std::uint64_t* b
   ref.value_stride = g.value_stride;
   ref.slot_stride = tier.slot_stride;
   ref.word_slots_stride = tier.word_slots_stride;
+  ref.slot_word_offset = tier.slot_word_offset;
+  ref.value_fill_end = tier.value_fill_end;
   return ref;
 }
 
@@ -125,17 +127,19 @@ inline BatchIn part_of(const BatchIn& in, std::uint64_t begin, std::uint64_t n, 
                  in.keys + begin * key_width,
                  in.key_lens + begin,
                  in.values == nullptr ? nullptr : in.values + begin * value_stride,
-                 in.value_lens == nullptr ? nullptr : in.value_lens + begin};
+                 in.value_lens == nullptr ? nullptr : in.value_lens + begin,
+                 in.slot_words == nullptr ? nullptr : in.slot_words + begin};
 }
 inline BatchOut part_of(const BatchOut& out, std::uint64_t begin, std::uint32_t value_stride) {
   return BatchOut{out.status + begin, out.values == nullptr ? nullptr : out.values + begin * value_stride,
-                  out.value_lens == nullptr ? nullptr : out.value_lens + begin};
+                  out.value_lens == nullptr ? nullptr : out.value_lens + begin,
+                  out.slot_words == nullptr ? nullptr : out.slot_words + begin};
 }
 
 inline BatchRef make_batch_ref(const TableConfig& c, const Geometry& g, const BatchIn& in, const BatchOut& out) {
   return BatchRef{in.size,      in.ops,     in.keys,        in.key_lens,     in.values,
-                  in.value_lens, out.status, out.values,     out.value_lens,  c.key_width,
-                  c.value_width, g.value_stride};
+                  in.value_lens, out.status, out.values,     out.value_lens,  in.slot_words,
+                  out.slot_words, c.key_width, c.value_width, g.value_stride};
 }
 
 inline TableStats make_stats(const Geometry& g, const Counters& c, const PassStats& p) {

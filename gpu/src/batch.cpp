@@ -23,6 +23,8 @@ Batch::Batch(Table& table, std::size_t capacity)
   const std::size_t at_value_lens = column(n * 4), at_out_value_lens = column(n * 4);
   const std::size_t at_keys = column(n * key_width_), at_values = column(n * value_stride_);
   const std::size_t at_out_values = column(n * value_stride_);
+  const bool words = table.config().slot_word;
+  const std::size_t at_slot_words = column(words ? n * 8 : 0), at_out_slot_words = column(words ? n * 8 : 0);
   memory_ = table.allocate_host(bytes);
   std::uint8_t* base = memory_.data();
   ops_ = base + at_ops;
@@ -33,6 +35,10 @@ Batch::Batch(Table& table, std::size_t capacity)
   keys_ = base + at_keys;
   values_ = base + at_values;
   out_values_ = base + at_out_values;
+  if (words) {
+    slot_words_ = reinterpret_cast<std::uint64_t*>(base + at_slot_words);
+    out_slot_words_ = reinterpret_cast<std::uint64_t*>(base + at_out_slot_words);
+  }
 }
 
 void Batch::set(std::size_t row, OpKind kind, std::string_view key, std::string_view value) {
@@ -65,13 +71,19 @@ void Batch::check_range(std::size_t first, std::size_t count) const {
 
 BatchIn Batch::in(std::size_t first, std::size_t count) const {
   check_range(first, count);
-  return BatchIn{count, ops_ + first, keys_ + first * key_width_, key_lens_ + first, values_ + first * value_stride_,
-                 value_lens_ + first};
+  return BatchIn{count,
+                 ops_ + first,
+                 keys_ + first * key_width_,
+                 key_lens_ + first,
+                 values_ + first * value_stride_,
+                 value_lens_ + first,
+                 slot_words_ == nullptr ? nullptr : slot_words_ + first};
 }
 
 BatchOut Batch::out(std::size_t first, std::size_t count) const {
   check_range(first, count);
-  return BatchOut{status_ + first, out_values_ + first * value_stride_, out_value_lens_ + first};
+  return BatchOut{status_ + first, out_values_ + first * value_stride_, out_value_lens_ + first,
+                  out_slot_words_ == nullptr ? nullptr : out_slot_words_ + first};
 }
 
 }  // namespace gpukv

@@ -12,6 +12,9 @@ namespace {
 
 [[noreturn]] void reject(const std::string& what) { throw Error(Error::Code::kInvalidArgument, what); }
 
+// Bytes of a slot's word (TableConfig::slot_word).
+std::uint32_t slot_word_bytes(const TableConfig& c) { return c.slot_word ? 8 : 0; }
+
 bool is_prime(std::uint64_t n) {
   if (n < 2) return false;
   if (n % 2 == 0) return n == 2;
@@ -26,16 +29,21 @@ TierGeometry tier_geometry(const TableConfig& c, std::uint64_t slots, SlotLayout
   TierGeometry t;
   t.layout = layout;
   const std::uint32_t per_word = 64 / c.ticket_bits;
-  // A slot is its key and value. On a board, behind its two 32-bit lengths and rounded up to whole 32-byte
-  // sectors; in a line, packed after the ticket word and the word of the line's lengths (table_ref.hpp).
+  // A slot is its key and value, and its word where the table keeps one (TableConfig::slot_word). On a board,
+  // behind its two 32-bit lengths and rounded up to whole 32-byte sectors; in a line, packed after the ticket
+  // word and the word of the line's lengths (table_ref.hpp).
   const std::uint32_t vstride = value_stride(c.value_width);
+  const std::uint32_t word_bytes = slot_word_bytes(c);
+  t.slot_word_offset = word_bytes == 0 ? 0 : c.key_width + vstride;
   if (layout == SlotLayout::kLine) {
-    t.slot_stride = c.key_width + vstride;
+    t.slot_stride = c.key_width + vstride + word_bytes;
     t.len_bits = line_len_bits(c.key_width, vstride);
-    t.unit_slots = line_slots(c.key_width, vstride, per_word);
+    t.unit_slots = line_slots(c.key_width, vstride, per_word, word_bytes);
     t.word_slots_stride = kLineBytes;
+    t.value_fill_end = word_bytes == 0 ? t.slot_stride : t.slot_word_offset;
   } else {
-    t.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + vstride);
+    t.slot_stride = round_up_to_sectors(kSlotHeaderBytes + c.key_width + vstride + word_bytes);
+    t.value_fill_end = word_bytes == 0 ? t.slot_stride : kSlotHeaderBytes + t.slot_word_offset;
     t.len_bits = kBoardLenBits;
     t.unit_slots = c.probing == Probing::kGroup ? per_word : 1;
     t.word_slots_stride = per_word * t.slot_stride;
@@ -97,12 +105,12 @@ Geometry make_geometry(const TableConfig& c) {
   if (c.slot_layout == SlotLayout::kLine) {
     if (c.probing != Probing::kGroup) reject("slot_layout line needs group probing: a line is one probe unit");
     const std::uint32_t vstride = value_stride(c.value_width);
-    if (line_slots(c.key_width, vstride, 64 / c.ticket_bits) < kMinLineSlots) {
-      reject("slot_layout line holds " + std::to_string(kMinLineSlots) + " or more slots of key_width + value_width bytes in the " +
-             std::to_string(kLineBytes - kLineSlotsOffset) + " bytes a " + std::to_string(kLineBytes) +
-             "-byte line has after its ticket and length words; key_width " + std::to_string(c.key_width) +
-             " and value_width " + std::to_string(c.value_width) + " make a slot of " +
-             std::to_string(c.key_width + vstride) + " bytes: use slot_layout board");
+    if (line_slots(c.key_width, vstride, 64 / c.ticket_bits, slot_word_bytes(c)) < kMinLineSlots) {
+      reject("slot_layout line holds " + std::to_string(kMinLineSlots) + " or more slots of key_width + value_width bytes" +
+             (c.slot_word ? " and a slot word" : "") + " in the " + std::to_string(kLineBytes - kLineSlotsOffset) +
+             " bytes a " + std::to_string(kLineBytes) + "-byte line has after its ticket and length words; key_width " +
+             std::to_string(c.key_width) + " and value_width " + std::to_string(c.value_width) + " make a slot of " +
+             std::to_string(c.key_width + vstride + slot_word_bytes(c)) + " bytes: use slot_layout board");
     }
   }
   Geometry g;
@@ -121,7 +129,8 @@ SlotLayout pick_slot_layout(const TableConfig& c, BackendKind backend) {
   if (c.slot_layout != SlotLayout::kAuto) return c.slot_layout;
   const bool tickets_valid = c.ticket_bits == 2 || c.ticket_bits == 4 || c.ticket_bits == 8;  // checked later
   const bool lines_fit = c.probing == Probing::kGroup && tickets_valid &&
-                         line_slots(c.key_width, value_stride(c.value_width), 64 / c.ticket_bits) >= kAutoLineSlots;
+                         line_slots(c.key_width, value_stride(c.value_width), 64 / c.ticket_bits, slot_word_bytes(c)) >=
+                             kAutoLineSlots;
   return backend == BackendKind::kGpu && lines_fit ? SlotLayout::kLine : SlotLayout::kBoard;
 }
 

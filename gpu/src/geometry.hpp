@@ -22,6 +22,8 @@ struct TierGeometry {
   std::uint32_t slot_stride = 0;    // bytes from one slot to the next within a unit
   std::uint32_t len_bits = 0;       // bits of each of a slot's two lengths (TableRef::len_bits)
   std::uint32_t word_slots_stride = 0;  // bytes from a word's first slot to the next word's
+  std::uint32_t slot_word_offset = 0;   // bytes from a slot's key to its word (TableConfig::slot_word); 0: none
+  std::uint32_t value_fill_end = 0;     // TableRef::value_fill_end
   std::uint64_t board_bytes() const { return layout == SlotLayout::kLine ? 0 : board_words * sizeof(std::uint64_t); }
   // The slots' memory; in the line layout, the tickets' too.
   std::uint64_t slot_bytes() const {

@@ -94,9 +94,13 @@ void Table::run(const BatchIn& in, const BatchOut& out, bool on_device) {
   if ((out.values == nullptr) != (out.value_lens == nullptr)) {
     throw Error(Error::Code::kInvalidArgument, "BatchOut.values and BatchOut.value_lens go together");
   }
+  if (!config_.slot_word && (in.slot_words != nullptr || out.slot_words != nullptr)) {
+    throw Error(Error::Code::kInvalidArgument, "slot_words columns given to a table without slot words (TableConfig::slot_word)");
+  }
   const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 != 0; };
-  if (misaligned(in.keys) || misaligned(in.values) || misaligned(out.values)) {
-    throw Error(Error::Code::kInvalidArgument, "key and value columns must be 8-byte aligned");
+  if (misaligned(in.keys) || misaligned(in.values) || misaligned(out.values) || misaligned(in.slot_words) ||
+      misaligned(out.slot_words)) {
+    throw Error(Error::Code::kInvalidArgument, "key, value and slot word columns must be 8-byte aligned");
   }
   std::lock_guard lock(mutex_);
   impl_->execute(in, out, on_device ? detail::Memory::kDevice : detail::Memory::kHost);
@@ -134,8 +138,11 @@ std::size_t Table::export_items(std::uint64_t from, std::uint64_t slots, const I
   if (out.keys == nullptr || out.key_lens == nullptr || out.values == nullptr || out.value_lens == nullptr) {
     throw Error(Error::Code::kInvalidArgument, "export_items needs all four item columns");
   }
+  if (!config_.slot_word && out.slot_words != nullptr) {
+    throw Error(Error::Code::kInvalidArgument, "a slot_words column given to a table without slot words (TableConfig::slot_word)");
+  }
   const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 != 0; };
-  if (misaligned(out.keys) || misaligned(out.values) || misaligned(out.value_lens)) {
+  if (misaligned(out.keys) || misaligned(out.values) || misaligned(out.value_lens) || misaligned(out.slot_words)) {
     throw Error(Error::Code::kInvalidArgument, "item columns must be 8-byte aligned");
   }
   std::lock_guard lock(mutex_);

@@ -27,7 +27,8 @@ namespace gpukv::test {
 struct Op {
   OpKind kind;
   std::string key;
-  std::string value;  // PUT / PUT_IF_ABSENT
+  std::string value;       // PUT / PUT_IF_ABSENT
+  std::uint64_t word = 0;  // PUT / PUT_IF_ABSENT on a table with slot words (TableConfig::slot_word)
 };
 
 // A batch of test ops in a gpukv::Batch, filled through its raw columns: with garbage past every key and value
@@ -40,6 +41,7 @@ class Columns {
     for (std::size_t i = 0; i < std::max<std::size_t>(n_, 1); ++i) {
       batch_.statuses()[i] = 0xEE;
       batch_.out_value_lens()[i] = 0xDEADBEEF;
+      if (batch_.out_slot_words() != nullptr) batch_.out_slot_words()[i] = 0xBAD0BAD0BAD0BAD0;
     }
     for (std::size_t i = 0; i < n_; ++i) {
       const Op& op = ops[i];
@@ -52,6 +54,7 @@ class Columns {
       std::uint8_t* value = batch_.values() + i * stride;
       std::memset(value, 0x5A, stride);
       std::memcpy(value, op.value.data(), std::min<std::size_t>(op.value.size(), stride));
+      if (batch_.slot_words() != nullptr) batch_.slot_words()[i] = op.word;
     }
   }
 
@@ -63,6 +66,8 @@ class Columns {
 
   OpStatus status(std::size_t i) const { return batch_.status(i); }
   std::string value(std::size_t i) const { return std::string(batch_.value(i)); }
+  bool has_slot_words() const { return batch_.out_slot_words() != nullptr; }
+  std::uint64_t slot_word(std::size_t i) const { return batch_.out_slot_words()[i]; }
   std::uint8_t raw_status(std::size_t i) const { return batch_.statuses()[i]; }
 
  private:
@@ -71,12 +76,16 @@ class Columns {
 };
 
 // Every live item of the table, read out with export_items in ranges of `range` slots; a key met twice fails.
-inline std::unordered_map<std::string, std::string> exported(Table& table, std::uint64_t range) {
+// `words`, for a table with slot words: each key's word.
+inline std::unordered_map<std::string, std::string> exported(Table& table, std::uint64_t range,
+                                                             std::unordered_map<std::string, std::uint64_t>* words = nullptr) {
   const TableConfig& c = table.config();
   const std::uint32_t stride = value_stride(c.value_width);
   HostMemory keys = table.allocate_host(range * c.key_width), key_lens = table.allocate_host(range);
   HostMemory values = table.allocate_host(range * stride), value_lens = table.allocate_host(range * 4);
-  const ItemColumns out{keys.data(), key_lens.data(), values.data(), reinterpret_cast<std::uint32_t*>(value_lens.data())};
+  HostMemory slot_words = table.allocate_host(words != nullptr ? range * 8 : 0);
+  const ItemColumns out{keys.data(), key_lens.data(), values.data(), reinterpret_cast<std::uint32_t*>(value_lens.data()),
+                        words != nullptr ? reinterpret_cast<std::uint64_t*>(slot_words.data()) : nullptr};
   std::unordered_map<std::string, std::string> items;
   const std::uint64_t slots = table.slot_count();
   for (std::uint64_t from = 0; from < slots; from += range) {
@@ -87,6 +96,7 @@ inline std::unordered_map<std::string, std::string> exported(Table& table, std::
       std::string value(reinterpret_cast<const char*>(out.values) + i * stride, out.value_lens[i]);
       // Zeros past the value to its 8-byte boundary, as a GET's: values come out clean.
       for (std::uint32_t b = out.value_lens[i]; b % 8 != 0; ++b) EXPECT_EQ(out.values[i * stride + b], 0) << "value padding";
+      if (words != nullptr) (*words)[key] = out.slot_words[i];
       EXPECT_TRUE(items.emplace(std::move(key), std::move(value)).second) << "a key exported twice";
     }
   }
@@ -144,6 +154,7 @@ class Model {
           if (present) {
             ASSERT_EQ(got, OpStatus::kOk);
             ASSERT_EQ(cols.value(i), it->second);
+            if (cols.has_slot_words()) ASSERT_EQ(cols.slot_word(i), words_.at(op.key)) << "slot word";
           } else {
             ASSERT_EQ(got, OpStatus::kNotFound);
           }
@@ -162,10 +173,12 @@ class Model {
           }
           ASSERT_EQ(got, OpStatus::kOk);
           map_[op.key] = op.value;
+          words_[op.key] = op.word;
           break;
         case OpKind::kDelete:
           ASSERT_EQ(got, present ? OpStatus::kOk : OpStatus::kNotFound);
           if (present) map_.erase(it);
+          words_.erase(op.key);
           break;
       }
     }
@@ -178,8 +191,14 @@ class Model {
   // answers it checked op by op).
   void record(const std::vector<Op>& ops) {
     for (const Op& op : ops) {
-      if (op.kind == OpKind::kPut || (op.kind == OpKind::kPutIfAbsent && !map_.count(op.key))) map_[op.key] = op.value;
-      if (op.kind == OpKind::kDelete) map_.erase(op.key);
+      if (op.kind == OpKind::kPut || (op.kind == OpKind::kPutIfAbsent && !map_.count(op.key))) {
+        map_[op.key] = op.value;
+        words_[op.key] = op.word;
+      }
+      if (op.kind == OpKind::kDelete) {
+        map_.erase(op.key);
+        words_.erase(op.key);
+      }
     }
   }
 
@@ -194,6 +213,7 @@ class Model {
     for (const auto& [k, v] : map_) {
       ASSERT_EQ(cols.status(i), OpStatus::kOk) << "key of length " << k.size() << " lost";
       ASSERT_EQ(cols.value(i), v);
+      if (cols.has_slot_words()) ASSERT_EQ(cols.slot_word(i), words_.at(k)) << "slot word";
       ++i;
     }
     ASSERT_EQ(total_items(table.stats()), map_.size());
@@ -202,7 +222,11 @@ class Model {
   // Reads the whole table out with export_items, in ranges of `range` slots (a snapshot's scan), and checks
   // it holds exactly the model's items: each key once, with its value.
   void check_export(Table& table, std::uint64_t range) {
-    ASSERT_EQ(exported(table, range), map_) << "the table's items, read out in ranges of " << range << " slots";
+    std::unordered_map<std::string, std::uint64_t> words;
+    const bool with_words = table.config().slot_word;
+    ASSERT_EQ(exported(table, range, with_words ? &words : nullptr), map_)
+        << "the table's items, read out in ranges of " << range << " slots";
+    if (with_words) ASSERT_EQ(words, words_) << "the table's slot words, read out in ranges of " << range << " slots";
   }
 
   const std::unordered_map<std::string, std::string>& map() const { return map_; }
@@ -210,6 +234,7 @@ class Model {
 
  private:
   std::unordered_map<std::string, std::string> map_;
+  std::unordered_map<std::string, std::uint64_t> words_;  // each key's slot word (TableConfig::slot_word)
   std::uint64_t max_items_;
   std::uint64_t fulls_ = 0;
 };
@@ -248,6 +273,12 @@ class Generator {
     std::string v(len, '\0');
     for (auto& c : v) c = static_cast<char>(next(256));
     return v;
+  }
+
+  // A slot word: zero, all ones, or any.
+  std::uint64_t word() {
+    const std::uint32_t shape = next(8);
+    return shape == 0 ? 0 : shape == 1 ? ~std::uint64_t{0} : rng_();
   }
 
   std::uint32_t next(std::uint32_t bound) { return std::uniform_int_distribution<std::uint32_t>(0, bound - 1)(rng_); }

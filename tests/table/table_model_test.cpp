@@ -40,6 +40,7 @@ struct ModelCase {
   // optimistic run fails and is run again, grouped.
   bool put_batches = false;
   OptimisticInserts optimistic = OptimisticInserts::kAuto;
+  bool slot_word = false;  // TableConfig::slot_word: every write carries a word, every hit returns it
 };
 
 std::string case_name(const ModelCase& c) {
@@ -51,7 +52,8 @@ std::string case_name(const ModelCase& c) {
          (c.host_phase_threads != 0 ? "_hostthreads" + std::to_string(c.host_phase_threads) : "") +
          (c.layout != SlotLayout::kBoard ? std::string("_") + to_string(c.layout) : "") +
          (c.write_batches ? "_writebatches" : "") + (c.put_batches ? "_putbatches" : "") +
-         (c.optimistic != OptimisticInserts::kAuto ? std::string("_optimistic") + to_string(c.optimistic) : "");
+         (c.optimistic != OptimisticInserts::kAuto ? std::string("_optimistic") + to_string(c.optimistic) : "") +
+         (c.slot_word ? "_word" : "");
 }
 std::string param_name(const testing::TestParamInfo<ModelCase>& info) { return case_name(info.param); }
 // How gtest prints a case (its default dumps the struct's bytes, padding included).
@@ -83,6 +85,7 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
   config.host_phase_threads = c.host_phase_threads;
   config.slot_layout = c.layout;
   config.optimistic_inserts = c.optimistic;
+  config.slot_word = c.slot_word;
   Table table(config);
   const std::uint64_t max_items = total_max_items(table.stats());
   Model model(max_items);
@@ -122,7 +125,8 @@ void run_model_sequence(const ModelCase& c, std::uint64_t seed) {
       const OpKind kind = r < put ? OpKind::kPut : r < put + pia ? OpKind::kPutIfAbsent
                         : r < put + pia + get ? OpKind::kGet : OpKind::kDelete;
       const std::string& key = gen.next(10) == 0 ? hot[gen.next(8)] : keys[gen.next(static_cast<std::uint32_t>(keys.size()))];
-      ops.push_back(Op{kind, key, kind == OpKind::kPut || kind == OpKind::kPutIfAbsent ? gen.value() : std::string()});
+      const bool writes = kind == OpKind::kPut || kind == OpKind::kPutIfAbsent;
+      ops.push_back(Op{kind, key, writes ? gen.value() : std::string(), writes && c.slot_word ? gen.word() : 0});
     }
     model.run(table, ops);
     if (testing::Test::HasFatalFailure()) return;
@@ -252,6 +256,33 @@ std::vector<ModelCase> cases(BackendKind backend, double ops_scale) {
     wide_full.put_batches = true;
     wide_full.optimistic = OptimisticInserts::kAlways;
     lined(wide_full);
+  }
+  // Slot words (TableConfig::slot_word): on a board of 8-byte keys and values, in the slot's sector padding;
+  // behind wide values that the GPU copies after its probing step (CopyValues), with a host tier; in a line
+  // (24-byte slots, 4 a line), alone, in small passes, spilling into a host tier, and in batches of PUTs
+  // alone (the GPU's optimistic passes). Then each lane schedule of the GPU with words.
+  const auto worded = [&](ModelCase c, std::uint64_t host = 0, SlotLayout layout = SlotLayout::kBoard) {
+    c.slot_word = true;
+    c.host_capacity = host;
+    c.layout = layout;
+    v.push_back(c);
+  };
+  worded({backend, 8, 8, 8, Probing::kGroup, 3000, ops(250000)});
+  worded({backend, 16, 128, 4, Probing::kSingle, 700, ops(150000)}, 2000);
+  worded({backend, 8, 8, 8, Probing::kGroup, 3000, ops(250000)}, 0, SlotLayout::kLine);
+  worded({backend, 8, 13, 4, Probing::kGroup, 2000, ops(150000), /*max_batch=*/97}, 0, SlotLayout::kLine);
+  worded({backend, 8, 8, 8, Probing::kGroup, 1000, ops(250000)}, 3000, SlotLayout::kLine);
+  {
+    ModelCase puts{backend, 8, 8, 8, Probing::kGroup, 20000, ops(400000)};
+    puts.put_batches = true;
+    puts.optimistic = OptimisticInserts::kAlways;
+    worded(puts, 0, SlotLayout::kLine);
+  }
+  if (backend == BackendKind::kGpu) {
+    for (LaneMode lanes : {LaneMode::kStash, LaneMode::kClStash, LaneMode::kSplit}) {
+      worded({backend, 8, 8, 8, Probing::kGroup, 20000, ops(500000), 1 << 20, 0, 0.95, lanes}, 0, SlotLayout::kLine);
+      worded({backend, 16, 128, 4, Probing::kSingle, 4000, ops(200000), 1 << 20, 0, 0.95, lanes});
+    }
   }
   if (backend == BackendKind::kGpu) {
     // Each lane schedule of the GPU's probing step on its own for the whole sequence (kSplit: every mixed pass

@@ -1,5 +1,6 @@
 // An owned batch of operations for Table::execute: the columns BatchIn and BatchOut describe (kinds, keys at
-// key_width, key lengths, values at the table's value stride, value lengths, and the results), 8-byte aligned,
+// key_width, key lengths, values at the table's value stride, value lengths, the results, and for a table
+// with slot words a word per row in and out), 8-byte aligned,
 // in memory the table copies from fastest (Table::allocate_host: pinned on the GPU backend), for up to
 // `capacity` rows. Rows are filled with set() or through the raw columns; in() and out() are views of a
 // range of rows, so one Batch can run in slices (a server's staging, a benchmark's passes).
@@ -51,6 +52,10 @@ class Batch {
   std::uint8_t* statuses() const { return status_; }
   std::uint8_t* out_values() const { return out_values_; }
   std::uint32_t* out_value_lens() const { return out_value_lens_; }
+  // Row i's slot word, which a write stores (zero unless set), and a GET's answer of it: null for a table
+  // without slot words.
+  std::uint64_t* slot_words() const { return slot_words_; }
+  std::uint64_t* out_slot_words() const { return out_slot_words_; }
 
  private:
   void check_range(std::size_t first, std::size_t count) const;
@@ -61,6 +66,8 @@ class Batch {
   std::uint8_t *ops_, *key_lens_, *status_;
   std::uint32_t *value_lens_, *out_value_lens_;
   std::uint8_t *keys_, *values_, *out_values_;
+  std::uint64_t* slot_words_ = nullptr;
+  std::uint64_t* out_slot_words_ = nullptr;
 };
 
 }  // namespace gpukv

@@ -113,6 +113,15 @@ struct TableConfig {
   std::uint32_t max_batch = 1 << 22;   // ops per pass; larger batches run as consecutive passes, in order
   unsigned cpu_threads = 0;            // CPU backend worker threads; 0 = hardware concurrency
   int gpu_device = 0;                  // CUDA device ordinal for the GPU backend
+  // Each slot carries an 8-byte word beside its value, for what a table keeps per key besides the value (an
+  // expiry time, an eviction score). A PUT or PUT_IF_ABSENT that stores its value stores its op's word with it
+  // (BatchIn::slot_words; 0 where that is null), a GET that finds its key returns the word
+  // (BatchOut::slot_words), clean-up moves it with its key, and export_items reads it out
+  // (ItemColumns::slot_words). The word sits in the slot after the value's stride: on a board, in the sector
+  // padding where there is room (8-byte keys and values: 32 bytes a slot either way); in a line, 8 bytes more
+  // a slot (4 slots of 8-byte keys and values a line, not 7, so kAuto then picks the board). Off (the
+  // default): the slots are laid out, and every kernel runs, as if the word did not exist.
+  bool slot_word = false;
 };
 
 inline constexpr std::uint32_t kMaxValueWidth = 64 * 1024;
@@ -131,6 +140,9 @@ struct BatchIn {
   const std::uint8_t* key_lens = nullptr;
   const std::uint8_t* values = nullptr;
   const std::uint32_t* value_lens = nullptr;
+  // Op i's slot word (TableConfig::slot_word), stored by a PUT or PUT_IF_ABSENT with its value; null: 0. Only
+  // for a table with slot words.
+  const std::uint64_t* slot_words = nullptr;
 };
 
 // Per-operation results, same order as the batch. A GET with kOk wrote its value at
@@ -141,6 +153,9 @@ struct BatchOut {
   std::uint8_t* status = nullptr;  // OpStatus codes
   std::uint8_t* values = nullptr;
   std::uint32_t* value_lens = nullptr;
+  // A GET with kOk writes its key's slot word at slot_words[i] (TableConfig::slot_word); the other ops'
+  // entries are unspecified, as their values are. May be null; only for a table with slot words.
+  std::uint64_t* slot_words = nullptr;
 };
 
 // Live items read out of a table (Table::export_items), in the column layout of a batch of PUTs: item i's key
@@ -152,6 +167,7 @@ struct ItemColumns {
   std::uint8_t* key_lens = nullptr;
   std::uint8_t* values = nullptr;
   std::uint32_t* value_lens = nullptr;
+  std::uint64_t* slot_words = nullptr;  // item i's slot word (TableConfig::slot_word); may be null
 };
 
 // One tier's occupancy and size.

@@ -107,7 +107,7 @@ class GpuBackend final : public Backend {
       run_in = upload->device_in;
       d_out = upload->device.out();
     } else {
-      staging_.reserve(std::max<std::uint64_t>(n, 1024), config_.key_width, stride);
+      staging_.reserve(std::max<std::uint64_t>(n, 1024), config_.key_width, stride, config_.slot_word);
       run_in = staging_.copy_in(in, config_.key_width, stride, s);
       d_out = staging_.out();
     }
@@ -115,12 +115,16 @@ class GpuBackend final : public Backend {
       d_out.values = nullptr;
       d_out.value_lens = nullptr;
     }
+    if (out.slot_words == nullptr) d_out.slot_words = nullptr;
     runner_.run(make_batch_ref(config_, geometry_, run_in, d_out), scratch_for(n), n);
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.status, d_out.status, n, cudaMemcpyDeviceToHost, s));
     if (out.values != nullptr) {
       // GET values are written only for found keys; copy the whole column (the rest is unspecified).
       GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.values, d_out.values, n * stride, cudaMemcpyDeviceToHost, s));
       GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.value_lens, d_out.value_lens, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, s));
+    }
+    if (out.slot_words != nullptr) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.slot_words, d_out.slot_words, n * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, s));
     }
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(s));
   }
@@ -162,7 +166,7 @@ class GpuBackend final : public Backend {
       }
     }
     if (slot == nullptr) return;  // every slot is running
-    slot->device.reserve(std::max<std::uint64_t>(in.size, 1024), config_.key_width, geometry_.value_stride);
+    slot->device.reserve(std::max<std::uint64_t>(in.size, 1024), config_.key_width, geometry_.value_stride, config_.slot_word);
     slot->device_in = slot->device.copy_in(in, config_.key_width, geometry_.value_stride, copy_stream_.stream);
     GPUKV_CUDA_CHECK(cudaEventRecord(slot->copied.event, copy_stream_.stream));
     slot->host = in;
@@ -182,16 +186,20 @@ class GpuBackend final : public Backend {
   std::uint64_t export_items(std::uint64_t from, std::uint64_t slots, const ItemColumns& out) override {
     GPUKV_CUDA_CHECK(cudaSetDevice(device_));
     const std::uint32_t stride = geometry_.value_stride;
-    staging_.reserve(std::max<std::uint64_t>(slots, 1024), config_.key_width, stride);
+    staging_.reserve(std::max<std::uint64_t>(slots, 1024), config_.key_width, stride, config_.slot_word);
     const BatchIn d = staging_.in(slots);
     const ItemColumns gathered{const_cast<std::uint8_t*>(d.keys), const_cast<std::uint8_t*>(d.key_lens),
-                               const_cast<std::uint8_t*>(d.values), const_cast<std::uint32_t*>(d.value_lens)};
+                               const_cast<std::uint8_t*>(d.values), const_cast<std::uint32_t*>(d.value_lens),
+                               out.slot_words == nullptr ? nullptr : const_cast<std::uint64_t*>(d.slot_words)};
     const std::uint64_t n = runner_.export_items(from, slots, gathered);
     const cudaStream_t s = stream_.stream;
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.keys, gathered.keys, n * config_.key_width, cudaMemcpyDeviceToHost, s));
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.key_lens, gathered.key_lens, n, cudaMemcpyDeviceToHost, s));
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.values, gathered.values, n * stride, cudaMemcpyDeviceToHost, s));
     GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.value_lens, gathered.value_lens, n * sizeof(std::uint32_t), cudaMemcpyDeviceToHost, s));
+    if (out.slot_words != nullptr) {
+      GPUKV_CUDA_CHECK(cudaMemcpyAsync(out.slot_words, gathered.slot_words, n * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, s));
+    }
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(s));
     return n;
   }
@@ -248,7 +256,7 @@ class GpuBackend final : public Backend {
   };
   static bool same_columns(const BatchIn& a, const BatchIn& b) {
     return a.size == b.size && a.ops == b.ops && a.keys == b.keys && a.key_lens == b.key_lens && a.values == b.values &&
-           a.value_lens == b.value_lens;
+           a.value_lens == b.value_lens && a.slot_words == b.slot_words;
   }
   // The prefetched upload of exactly these columns, now marked running; or nullptr.
   Upload* take_upload(const BatchIn& in) {

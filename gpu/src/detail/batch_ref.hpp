@@ -20,6 +20,8 @@ struct BatchRef {
   std::uint8_t* status;
   std::uint8_t* out_values;        // stride value_stride; may be null
   std::uint32_t* out_value_lens;   // may be null
+  const std::uint64_t* slot_words;  // a table's with slot words (TableRef::slot_word_offset); may be null
+  std::uint64_t* out_slot_words;    // may be null
   std::uint32_t key_width;
   std::uint32_t value_width;
   std::uint32_t value_stride;
@@ -33,6 +35,8 @@ struct BatchRef {
     return reinterpret_cast<std::uint64_t*>(out_values + i * value_stride);
   }
   GPUKV_HD_INLINE void set_status(std::uint64_t i, OpStatus s) const { status[i] = static_cast<std::uint8_t>(s); }
+  // The slot word a write of op i stores (TableConfig::slot_word): its column's, or 0 without one.
+  GPUKV_HD_INLINE std::uint64_t slot_word(std::uint64_t i) const { return slot_words == nullptr ? 0 : slot_words[i]; }
   // A write's value, loaded together with the op's other columns so that the latency overlaps the probe.
   GPUKV_HD_INLINE ValueIn value_in(std::uint64_t i) const { return load_value(value_words(i), value_lens[i], value_stride); }
 
@@ -48,6 +52,8 @@ struct BatchRef {
     p.status += begin;
     if (out_values != nullptr) p.out_values += begin * value_stride;
     if (out_value_lens != nullptr) p.out_value_lens += begin;
+    if (slot_words != nullptr) p.slot_words += begin;
+    if (out_slot_words != nullptr) p.out_slot_words += begin;
     return p;
   }
 

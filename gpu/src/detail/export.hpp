@@ -35,6 +35,7 @@ GPUKV_UNROLL
     // The value's own bytes only (a wide value's stride is mostly padding), zeros to its last 8-byte boundary.
     auto* value = reinterpret_cast<std::uint64_t*>(out.values + at * table.value_stride);
     copy_value(value, from + Ref::key_words, lens.value);
+    if (out.slot_words != nullptr) out.slot_words[at] = *table.slot_word_at(slot);
   }
 };
 

@@ -396,7 +396,7 @@ struct ExecuteOp {
     }
     const ProbePlan plan = plan_probe(hash_key(row.key, e.table.key_words), e.table.units);
     Probe p = e.start(row.key, plan, e.template first_unit<Walk::kLineFromL2>(plan));
-    switch (e.insert_optimistic(p, e.batch.value_in(op), tally)) {
+    switch (e.insert_optimistic(p, op, e.batch.value_in(op), tally)) {
       case Engine<Ref>::OptimisticTry::kInserted:
         e.batch.set_status(op, OpStatus::kOk);
         return true;

@@ -273,6 +273,7 @@ class PassRunner {
       out.key_lens += found;
       out.values += found * t.value_stride;
       out.value_lens += found;
+      if (out.slot_words != nullptr) out.slot_words += found;
     }
     known_.extracted = 0;
     exec_.write_counters(known_);

@@ -58,9 +58,11 @@ constexpr std::uint32_t line_len_bits(std::uint32_t key_width, std::uint32_t val
   return key_width < 16 && value_stride < 16 ? 4 : 8;
 }
 // Slots a line holds: as many as fit after the ticket and lengths words, whose lengths fit the lengths word,
-// and which have tickets in a word of `per_word`.
-constexpr std::uint32_t line_slots(std::uint32_t key_width, std::uint32_t value_stride, std::uint32_t per_word) {
-  const std::uint32_t by_bytes = (kLineBytes - kLineSlotsOffset) / (key_width + value_stride);
+// and which have tickets in a word of `per_word`. `word_bytes`: a slot's word after its value (8 with
+// TableConfig::slot_word, else 0).
+constexpr std::uint32_t line_slots(std::uint32_t key_width, std::uint32_t value_stride, std::uint32_t per_word,
+                                   std::uint32_t word_bytes) {
+  const std::uint32_t by_bytes = (kLineBytes - kLineSlotsOffset) / (key_width + value_stride + word_bytes);
   const std::uint32_t by_lens = 64 / (2 * line_len_bits(key_width, value_stride));
   const std::uint32_t fit = by_bytes < by_lens ? by_bytes : by_lens;
   return fit < per_word ? fit : per_word;
@@ -167,6 +169,11 @@ struct TableRef {
   std::uint32_t lens_stride;   // bytes from a slot's lengths to the next's of its word: slot_stride on a board
   std::uint32_t len_bits;      // bits of each length: kBoardLenBits on a board, 4 or 8 in a line
   std::uint64_t word_slots_stride;  // bytes from a word's first slot (and lengths) to the next word's
+  std::uint32_t slot_word_offset;   // bytes from a slot's key to its word (TableConfig::slot_word); 0: none
+  // Bytes from a slot's start (a board slot's lengths, a line slot's key) to where a stored value's zeros stop
+  // (stored_value_words): slot_stride, or with a slot word, the word's place, which the value's zeros must
+  // leave alone. A field, not a test of slot_word_offset, so that a table without words runs the same code.
+  std::uint32_t value_fill_end;
 
   GPUKV_HD_INLINE std::uint64_t word_of(std::uint64_t unit) const {
     if constexpr (P == Probing::kGroup) {
@@ -204,6 +211,10 @@ struct TableRef {
   }
   GPUKV_HD_INLINE std::uint64_t* value_words_at(std::uint64_t index) const {
     return key_words_at(index) + key_words;
+  }
+  // Slot `index`'s word (where slot_word_offset != 0).
+  GPUKV_HD_INLINE std::uint64_t* slot_word_at(std::uint64_t index) const {
+    return reinterpret_cast<std::uint64_t*>(slot(index) + slot_word_offset);
   }
   // Slot `index`'s lengths: key_len in the low len_bits bits, value_len in the next.
   GPUKV_HD_INLINE std::uint8_t* lens_at(std::uint64_t index) const {
@@ -365,7 +376,7 @@ GPUKV_UNROLL
   // clear other slots' lengths in the same word meanwhile, hence the atomic AND.
   GPUKV_HD_INLINE void clear_line_slot(std::uint64_t index) const {
     std::uint64_t* words = key_words_at(index);
-    for (std::uint32_t j = 0; j < key_words + value_stride / 8; ++j) words[j] = 0;
+    for (std::uint32_t j = 0; j < data_bytes() / 8; ++j) words[j] = 0;
     std::uint64_t mask, bits;
     line_lens_bits(index, SlotLens{0, 0}, mask, bits);
     atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(lens_word_at(index))).fetch_and(~mask, memory_order_relaxed);
@@ -426,10 +437,13 @@ GPUKV_UNROLL
   GPUKV_HD_INLINE std::uint32_t stored_value_words(std::uint32_t len) const {
     const std::uint32_t first_word = header_words() + key_words;
     const std::uint32_t sector_end = round_up_to_sectors((first_word + (len + 7) / 8) * 8);
-    return (sector_end < slot_stride ? sector_end : slot_stride) / 8 - first_word;
+    return (sector_end < value_fill_end ? sector_end : value_fill_end) / 8 - first_word;
   }
-  // Bytes of a slot's key and value: what clean-up moves, behind a word of lengths (CleanupExtract).
-  GPUKV_HD_INLINE std::uint32_t data_bytes() const { return key_words * 8 + value_stride; }
+  // Bytes of a slot's key, value and word (if it has one, it follows the value): what clean-up moves, behind a
+  // word of lengths (CleanupExtract).
+  GPUKV_HD_INLINE std::uint32_t data_bytes() const {
+    return key_words * 8 + value_stride + (slot_word_offset != 0 ? 8 : 0);
+  }
 
   // Replaces the value of a slot whose key (of `key_len` bytes) only this thread may change. `store_len`
   // false: the slot holds a value of this length already.
