@@ -97,6 +97,9 @@ void Table::run(const BatchIn& in, const BatchOut& out, bool on_device) {
   if (!config_.slot_word && (in.slot_words != nullptr || out.slot_words != nullptr)) {
     throw Error(Error::Code::kInvalidArgument, "slot_words columns given to a table without slot words (TableConfig::slot_word)");
   }
+  if (out.slot_words != nullptr && out.values == nullptr) {
+    throw Error(Error::Code::kInvalidArgument, "BatchOut.slot_words needs BatchOut.values: a GET answers its word with its value");
+  }
   const auto misaligned = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 8 != 0; };
   if (misaligned(in.keys) || misaligned(in.values) || misaligned(out.values) || misaligned(in.slot_words) ||
       misaligned(out.slot_words)) {

@@ -69,7 +69,8 @@ inline constexpr std::uint32_t kMinLineSlots = 3;
 enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash, kSplit };
 
 // Whether the GPU may run a pass whose ops are all PUTs without grouping them by key first (an optimistic
-// pass; on a kLine tier of 8- or 16-byte keys and values of 16 bytes or less, with no host tier). Each PUT
+// pass; on a kLine tier of 8- or 16-byte keys and values of 16 bytes or less, with no host tier and no slot
+// words). Each PUT
 // inserts its key if the table does not hold it; if one finds its key present (a key the pass repeats, or one
 // inserted before), the keys the pass inserted are taken out again and the pass runs again, grouped, so the
 // results are always those of batch order. A pass so tried that holds only GETs runs them as lookups. kAuto
@@ -119,8 +120,10 @@ struct TableConfig {
   // (BatchOut::slot_words), clean-up moves it with its key, and export_items reads it out
   // (ItemColumns::slot_words). The word sits in the slot after the value's stride: on a board, in the sector
   // padding where there is room (8-byte keys and values: 32 bytes a slot either way); in a line, 8 bytes more
-  // a slot (4 slots of 8-byte keys and values a line, not 7, so kAuto then picks the board). Off (the
-  // default): the slots are laid out, and every kernel runs, as if the word did not exist.
+  // a slot (4 slots of 8-byte keys and values a line, not 7, so kAuto then picks the board). A table with
+  // words copies the values (and words) of the ops alone in their pass after the probing step, as it does
+  // values wider than 16 bytes, and runs no pass optimistically (OptimisticInserts). Off (the default): the
+  // slots are laid out, and the probing kernels compiled, as if the word did not exist.
   bool slot_word = false;
 };
 
@@ -154,7 +157,8 @@ struct BatchOut {
   std::uint8_t* values = nullptr;
   std::uint32_t* value_lens = nullptr;
   // A GET with kOk writes its key's slot word at slot_words[i] (TableConfig::slot_word); the other ops'
-  // entries are unspecified, as their values are. May be null; only for a table with slot words.
+  // entries are unspecified, as their values are. May be null; only for a table with slot words, and with
+  // `values` (a GET answers its word with its value).
   std::uint64_t* slot_words = nullptr;
 };
 

@@ -37,7 +37,9 @@ class CpuBackend final : public Backend {
                 make_table_ref<Ref>(g, g.host, host_board_.as<std::uint64_t>(), host_slots_.data(), host_tags_.data()),
                 exec_, &counters_,
                 limits_of(g.device), limits_of(g.host), HostPhase{config.order_host, config.host_phase_threads},
-                config.lanes, config.clstash_load) {}
+                // A table with slot words copies its values after the probing step, words with them
+                // (Engine::store_slot_word).
+                config.lanes, config.clstash_load, /*copy_lanes=*/config.slot_word ? 1 : 0) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");

@@ -22,9 +22,11 @@ namespace gpu {
 namespace {
 
 // Threads per op that copy a value after the probing step (CopyValues): a warp's worth at most, one per 16
-// bytes. Values of two words or fewer are copied by the op itself, where they are already in hand.
-std::uint32_t copy_lanes(std::uint32_t value_stride) {
-  return value_stride <= 16 ? 0 : std::min<std::uint32_t>(32, (value_stride + 15) / 16);
+// bytes. Values of two words or fewer are copied by the op itself, where they are already in hand, but in a
+// table with slot words, whose words CopyValues moves (Engine::store_slot_word).
+std::uint32_t copy_lanes(std::uint32_t value_stride, bool slot_word) {
+  if (value_stride <= 16) return slot_word ? 1 : 0;
+  return std::min<std::uint32_t>(32, (value_stride + 15) / 16);
 }
 
 int select_device(int ordinal) {
@@ -57,7 +59,7 @@ class GpuBackend final : public Backend {
                 exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load,
-                copy_lanes(g.value_stride), config.optimistic_inserts) {
+                copy_lanes(g.value_stride, config.slot_word), config.optimistic_inserts) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
     // line layout the tickets are among them.
     if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());

@@ -380,7 +380,7 @@ struct Engine {
   // ended there), and stopped short of its sequence's end: no field of its own, which would have grown every
   // Location, and with it the clStash kernel's stack (8 more bytes a thread, run 294).
   enum class OptimisticTry : std::uint8_t { kInserted, kFailed, kAgain };
-  GPUKV_HD OptimisticTry insert_optimistic(Probe& p, std::uint64_t op, const ValueIn& value, Tally& tally) const {
+  GPUKV_HD OptimisticTry insert_optimistic(Probe& p, const ValueIn& value, Tally& tally) const {
     while (!step<false, Walk::kLineFromL2, true>(p, tally)) {
     }
     if (p.at.hit) return OptimisticTry::kFailed;
@@ -402,7 +402,6 @@ struct Engine {
     if (!claimed) return OptimisticTry::kAgain;
     tally.items += 1;
     table.template store_new<true>(slot, p.key, value, lens_stored);
-    store_slot_word(table, slot, op);
     if (full == 0) table.board.publish(word, field, p.code);
     return OptimisticTry::kInserted;
   }
@@ -504,11 +503,15 @@ struct Engine {
     return false;
   }
 
-  // Slot words (TableConfig::slot_word). Each is a test of a kernel argument, the same in every thread, where
-  // the table keeps none: that, and no register held through a walk, is all they cost such a table.
+  // Slot words (TableConfig::slot_word). A table with words copies the values of its ops alone in their pass
+  // after the probing step (PassRef::copy_later), and CopyValues moves their words with them, so that the
+  // probing kernels hold no code for words at all: with a test of a kernel argument at each place a word is
+  // stored or returned, they grew 5% and a table without words lost 1-3% on mixed batches, inserts and
+  // deletes (H100, bench/RESULTS.md, issue 17, "slot words"). Words are handled here only in the phases
+  // that run an op with its host tier (kWithHost: keys of several ops, the host phase), where a test costs
+  // nothing measurable.
   // Stores, in tier `t`'s `slot`, the word of the write whose value the slot now holds (op `value_op`). The
-  // slot's key is this thread's to change: the word is in place before the slot is published, or before any
-  // later reader of its key (a key alone in its pass).
+  // slot's key is this thread's to change: the word is in place before the slot is published.
   GPUKV_HD_INLINE void store_slot_word(const Ref& t, std::uint64_t slot, std::uint64_t value_op) const {
     if (t.slot_word_offset != 0) *t.slot_word_at(slot) = batch.slot_word(value_op);
   }
@@ -581,7 +584,7 @@ struct Engine {
       switch (ops.kind(op)) {
         case OpKind::kGet:
           if (present) {
-            write_get_word(op, written, value_op, kWithHost && slot_in_host ? host : table, slot);
+            if constexpr (kWithHost) write_get_word(op, written, value_op, slot_in_host ? host : table, slot);
             if (written) {
               write_get(op, value);
             } else if (kWithHost && slot_in_host) {
@@ -631,19 +634,19 @@ struct Engine {
     // settled at once (see the invariants above) stay BUSY until FinishPass sets the code recorded here.
     std::uint64_t pending;
     if (kWithHost && slot_in_host) {
-      pending = commit<true, Walk::kAny, kSettle>(host, p, slot, claimed, present, written, value, value_op, tally);
+      pending = commit<true, Walk::kAny, kSettle, kWithHost>(host, p, slot, claimed, present, written, value, value_op,
+                                                             tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
-      // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value.
+      // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value (and
+      // its word).
       table.template store_key<from_l2(kWalk)>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
-      store_slot_word(table, slot, value_op);
       pending = pending_code(false, slot, p.code) | kPendingScatter;
     } else if (Ops::kAlone && pass.copy_later && at.hit && present && written) {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.
-      store_slot_word(table, slot, value_op);
       pending = kPendingOverwrite | (slot << 8);
     } else {
-      pending = commit<false, kWalk, kSettle>(table, p, slot, claimed, present, written, value, value_op, tally,
-                                              kLensInClaim && lens_claim.stored, kLensInClaim && lens_claim.full);
+      pending = commit<false, kWalk, kSettle, kWithHost>(table, p, slot, claimed, present, written, value, value_op, tally,
+                                                         kLensInClaim && lens_claim.stored, kLensInClaim && lens_claim.full);
     }
     if (gather) pending = kPendingGather | (slot << 8);  // a GET changed nothing: no ticket is pending
     if (any && pending != kNothingPending) {
@@ -656,8 +659,9 @@ struct Engine {
   // Writes a key's final state into tier `t`; returns what FinishPass must do (see apply()). `value_op`: the
   // op whose value is `value`. `lens_stored`: the claim wrote the new slot's lengths. `claimed_full`: the
   // claim made the ticket FULL (LensClaim::full), so there is nothing to publish. kSettle: when a deleted slot
-  // becomes a TOMBSTONE.
-  template <bool kHost, Walk kWalk, Settle kSettle = Settle::kWithoutPuts>
+  // becomes a TOMBSTONE. kWords: store the slot's word with its value (apply's kWithHost; in the probing
+  // kernels a table with words stores no value here: see store_slot_word).
+  template <bool kHost, Walk kWalk, Settle kSettle = Settle::kWithoutPuts, bool kWords = true>
   GPUKV_HD_INLINE std::uint64_t commit(const Ref& t, const Probe& p, std::uint64_t slot, bool claimed, bool present,
                                        bool written, const ValueIn& value, std::uint64_t value_op, Tally& tally,
                                        bool lens_stored = false, bool claimed_full = false) const {
@@ -674,7 +678,7 @@ struct Engine {
     if (claimed) {
       if (!present) return forget();  // inserted and deleted within the pass (a key of several ops: never FULL)
       t.template store_new<from_l2(kWalk)>(slot, p.key, value, lens_stored);
-      store_slot_word(t, slot, value_op);
+      if constexpr (kWords) store_slot_word(t, slot, value_op);
       if (!kHost && claimed_full) return kNothingPending;
       if constexpr (kHost) {
         if (t.tags != nullptr) t.tags[slot] = Ref::tag_of(p.plan.info);  // read only once published
@@ -723,7 +727,7 @@ struct Engine {
         same_len = t.line_value_len(p.words.lens, slot) == value.len;
       }
       t.template store_value<from_l2(kWalk)>(slot, value, p.key.len, !same_len);
-      store_slot_word(t, slot, value_op);
+      if constexpr (kWords) store_slot_word(t, slot, value_op);
       if constexpr (kHost) tally.host_writes += 1;
     }
     return kNothingPending;

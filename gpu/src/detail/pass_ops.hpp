@@ -396,7 +396,7 @@ struct ExecuteOp {
     }
     const ProbePlan plan = plan_probe(hash_key(row.key, e.table.key_words), e.table.units);
     Probe p = e.start(row.key, plan, e.template first_unit<Walk::kLineFromL2>(plan));
-    switch (e.insert_optimistic(p, op, e.batch.value_in(op), tally)) {
+    switch (e.insert_optimistic(p, e.batch.value_in(op), tally)) {
       case Engine<Ref>::OptimisticTry::kInserted:
         e.batch.set_status(op, OpStatus::kOk);
         return true;
@@ -607,7 +607,8 @@ struct ExecuteSegment {
 };
 
 // Copies the values ExecuteOp left to it (PassRef::copy_later): a GET's from its slot to the answer column,
-// a PUT's from the batch into its key's slot (a new one, or over the old value). `lanes` threads per op,
+// a PUT's from the batch into its key's slot (a new one, or over the old value); and their slot words, where
+// the table keeps them (TableConfig::slot_word). `lanes` threads per op,
 // neighbours in a warp, each moving 16 bytes at a time of the same value, so that a warp reads and writes a
 // wide value as a few whole lines, where one thread copying 8 bytes after 8 bytes waited for each
 // (bench/RESULTS.md, wide values). Runs once every op that leaves a pending[] entry has written it, just before
@@ -637,6 +638,14 @@ struct CopyValues {
     const std::uint32_t len = gather ? table.load_lens(slot).value : batch.value_lens[op];
     if (lane == 0 && gather && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
     if (lane == 0 && pending_has(p, kPendingOverwrite)) table.store_value_len(slot, len, table.load_lens(slot).key);
+    // A slot's word goes with its value (Engine::store_slot_word says why here).
+    if (lane == 0 && table.slot_word_offset != 0) {
+      if (!gather) {
+        *table.slot_word_at(slot) = batch.slot_word(op);
+      } else if (batch.out_slot_words != nullptr) {
+        batch.out_slot_words[op] = *table.slot_word_at(slot);
+      }
+    }
     copy(gather ? table.value_words_at(slot) : batch.value_words(op),
          gather ? batch.out_value_words(op) : table.value_words_at(slot), len,
          gather ? (len + 7) / 8 : table.stored_value_words(len), lane);
