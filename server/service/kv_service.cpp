@@ -557,7 +557,7 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
   }
 
   void OnDone() override {
-    service_.stream_closed();
+    give_back_place();
     delete this;
   }
 
@@ -695,12 +695,21 @@ class StreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grp
     }
     if (finish) {
       service_.count("Stream", counted);  // once, as the call it is: gpukv_requests_total counts calls finished
+      give_back_place();
       Finish(status);
     }
   }
 
+  // Gives the stream's place under --max_streams back, once: before Finish sends the status, so that a client
+  // that has seen its stream end may open another at once (OnDone runs after the status has gone out, and a
+  // new stream opened in between was refused: test_limits_e2e.py), or in OnDone for a call that never finished.
+  void give_back_place() {
+    if (!place_given_back_.exchange(true, std::memory_order_relaxed)) service_.stream_closed();
+  }
+
   KvService& service_;
   grpc::CallbackServerContext* ctx_;
+  std::atomic<bool> place_given_back_{false};  // give_back_place() has run
   grpc::ByteBuffer incoming_;                // the read in progress
   std::mutex mutex_;                         // guards everything below
   std::deque<std::shared_ptr<Item>> order_;  // read, not yet written, in read order; front: being written

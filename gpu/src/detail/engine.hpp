@@ -507,9 +507,9 @@ struct Engine {
   // after the probing step (PassRef::copy_later), and CopyValues moves their words with them, so that the
   // probing kernels hold no code for words at all: with a test of a kernel argument at each place a word is
   // stored or returned, they grew 5% and a table without words lost 1-3% on mixed batches, inserts and
-  // deletes (H100, bench/RESULTS.md, issue 17, "slot words"). Words are handled here only in the phases
-  // that run an op with its host tier (kWithHost: keys of several ops, the host phase), where a test costs
-  // nothing measurable.
+  // deletes (H100, bench/RESULTS.md, issue 17, "an optional 8-byte word per slot"). Words are handled here
+  // only in the phases that run an op with its host tier (kWithHost: keys of several ops, the host phase),
+  // where a test costs nothing measurable.
   // Stores, in tier `t`'s `slot`, the word of the write whose value the slot now holds (op `value_op`). The
   // slot's key is this thread's to change: the word is in place before the slot is published.
   GPUKV_HD_INLINE void store_slot_word(const Ref& t, std::uint64_t slot, std::uint64_t value_op) const {
