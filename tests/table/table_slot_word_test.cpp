@@ -125,6 +125,29 @@ TEST_P(SlotWordTest, WordsFollowTheirKeysThroughCleanUp) {
   }
 }
 
+// Batches staged the way the server's batcher stages them: in the table's host memory, prefetched before they
+// run (on the GPU the word columns travel with the others; the CPU backend ignores prefetch).
+TEST_P(SlotWordTest, PrefetchedBatchesCarryTheirWords) {
+  Table table(config(true));
+  constexpr std::size_t kRows = 3000;
+  Batch puts(table, kRows), gets(table, kRows);
+  for (std::size_t i = 0; i < kRows; ++i) {
+    puts.set(i, OpKind::kPut, "key" + std::to_string(i), "v" + std::to_string(i));
+    puts.slot_words()[i] = 0x9E3779B97F4A7C15ull * (i + 1);
+    gets.set(i, OpKind::kGet, "key" + std::to_string(i));
+  }
+  table.prefetch(puts.in(0, kRows));
+  table.prefetch(gets.in(0, kRows));
+  table.execute(puts.in(0, kRows), puts.out(0, kRows));
+  table.execute(gets.in(0, kRows), gets.out(0, kRows));
+  for (std::size_t i = 0; i < kRows; ++i) {
+    ASSERT_EQ(puts.status(i), OpStatus::kOk) << i;
+    ASSERT_EQ(gets.status(i), OpStatus::kOk) << i;
+    ASSERT_EQ(gets.value(i), "v" + std::to_string(i)) << i;
+    ASSERT_EQ(gets.out_slot_words()[i], 0x9E3779B97F4A7C15ull * (i + 1)) << i;
+  }
+}
+
 // A table without words refuses their columns with a clear error and changes nothing.
 TEST_P(SlotWordTest, ATableWithoutWordsRefusesWordColumns) {
   Table table(config(false));
