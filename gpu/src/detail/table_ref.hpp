@@ -2,7 +2,8 @@
 // take by value and host threads share. It owns nothing.
 //
 // Slots: one per ticket, in the same order as the tickets, each a key (key_width bytes) and a value
-// (value_stride bytes), with the two lengths kept apart from them (`lens`). Two layouts (SlotLayout), told apart
+// (value_stride bytes), in a table with slot words (TableConfig::slot_word) then an 8-byte word
+// (slot_word_at), with the two lengths kept apart from them (`lens`). Two layouts (SlotLayout), told apart
 // only by a few strides and the lengths' width, so that every function below serves both:
 //
 //   board: the tickets on a board of their own; each slot behind its lengths
