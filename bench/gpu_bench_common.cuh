@@ -134,17 +134,17 @@ inline void print_result(const char* workload, const std::string& config, double
 struct Batch {
   DeviceArray<std::uint8_t> ops, keys, key_lens, values, status, out_values;
   DeviceArray<std::uint32_t> value_lens, out_value_lens;
-  DeviceArray<std::uint64_t> slot_words, out_slot_words;
-  bool words;
-  Batch(std::uint64_t n, std::uint32_t kw, std::uint32_t stride, bool with_words = false)
+  DeviceArray<std::uint64_t> slot_words, out_slot_words;  // n words each, or none (n == 0)
+  Batch(std::uint64_t n, std::uint32_t kw, std::uint32_t stride, bool words = false)
       : ops(n), keys(n * kw), key_lens(n), values(n * stride), status(n), out_values(n * stride), value_lens(n),
-        out_value_lens(n), slot_words(with_words ? n : 0), out_slot_words(with_words ? n : 0), words(with_words) {
+        out_value_lens(n), slot_words(words ? n : 0), out_slot_words(words ? n : 0) {
     if (words) CHECK(cudaMemset(slot_words.p, 0x11, n * sizeof(std::uint64_t)));
   }
+  bool words() const { return slot_words.n != 0; }
   BatchIn in(std::uint64_t n) const {
-    return BatchIn{n, ops.p, keys.p, key_lens.p, values.p, value_lens.p, words ? slot_words.p : nullptr};
+    return BatchIn{n, ops.p, keys.p, key_lens.p, values.p, value_lens.p, words() ? slot_words.p : nullptr};
   }
-  BatchOut out() const { return BatchOut{status.p, out_values.p, out_value_lens.p, words ? out_slot_words.p : nullptr}; }
+  BatchOut out() const { return BatchOut{status.p, out_values.p, out_value_lens.p, words() ? out_slot_words.p : nullptr}; }
 };
 
 // Checks that every op of the batch got the expected status (a benchmark that fails silently measures nothing).
