@@ -105,6 +105,35 @@ TEST_P(SlotWordTest, WordsAndValuesOfEveryLengthKeepApart) {
   }
 }
 
+// Passes of GETs alone, one after another. On the GPU the first runs in a probing kernel, which leaves each
+// hit's value and word to CopyValues; the later ones run in the lookup kernel, which in a table of values of 16
+// bytes or fewer answers both itself: with the first line fetched where the pass before mostly hit, without
+// where it mostly missed. Wider values go to CopyValues from every kernel. Every answer is the model's,
+// whichever kernel gave it.
+TEST_P(SlotWordTest, PassesOfGetsAloneAnswerTheirWords) {
+  for (const SlotLayout layout : {SlotLayout::kBoard, SlotLayout::kLine}) {
+    for (const std::uint32_t value_width : {8u, 16u, 128u}) {
+      if (layout == SlotLayout::kLine && value_width > 16) continue;  // a line of fewer than 3 slots is refused
+      SCOPED_TRACE(testing::Message() << to_string(layout) << " value_width " << value_width);
+      Table table(config(true, layout, 8, value_width));
+      Model model(table.stats().device.max_items);
+      std::vector<Op> fill, hits, misses;
+      for (std::uint32_t i = 0; i < 1500; ++i) {
+        const std::string key = "k" + std::to_string(i), absent = "a" + std::to_string(i);  // 8 bytes at most
+        fill.push_back(put(key, std::string(i % (value_width + 1), static_cast<char>('a' + i % 26)), 0x9E3779B97F4A7C15ull * i));
+        hits.push_back(get(i % 10 == 9 ? absent : key));
+        misses.push_back(get(i % 10 == 9 ? key : absent));
+      }
+      model.run(table, fill);
+      for (int round = 0; round < 3; ++round) {
+        model.run(table, hits);
+        model.run(table, misses);
+        model.run(table, hits);
+      }
+    }
+  }
+}
+
 // Clean-up moves keys between slots: each takes its word along.
 TEST_P(SlotWordTest, WordsFollowTheirKeysThroughCleanUp) {
   for (const SlotLayout layout : {SlotLayout::kBoard, SlotLayout::kLine}) {

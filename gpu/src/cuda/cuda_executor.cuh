@@ -102,9 +102,11 @@ class CudaExecutor {
       if (f.e.pass.inserts_expected && policy.mode == LaneMode::kAuto) policy.mode = LaneMode::kStash;
     }
     // The lookup kernel pays for its launch only in a pass with more ops than the Stash kernel holds at once:
-    // in a smaller one (the service's batches) more resident blocks change nothing.
+    // in a smaller one (the service's batches) more resident blocks change nothing. But in a table whose
+    // lookups answer their slot words, where it saves CopyValues' second read of every hit's slot.
     const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, kWalk>>(sm_count_));
-    policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && needed > stash_grid;
+    const bool words = answers_words_in_lookups(f.e.table);
+    policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && (needed > stash_grid || words);
     // Under kAuto, only a pass of more than kSplitMinOps ops whose values the probing step copies (below, and
     // where CopyValues copies wide values, clStash measured better).
     policy.kinds_apart = policy.kinds_apart &&
@@ -114,12 +116,19 @@ class CudaExecutor {
       // expected to hit fetch their first line whole: a hit's slot may lie in its other 64-byte half, which
       // a second DRAM access would bring (line hits at loads 0.8-0.95 1.05-1.06x, H100 run 192); a miss
       // needs the ticket word only, and lost up to 20% to the fetch (run 149).
-      if (policy.lookups_miss) {
-        launch_probing<lookup_kernel<Ref, kWalk>>("ExecuteOp.lookup", n, f, policy, needed);
-      } else if constexpr (kWalk == Walk::kLine) {
-        launch_probing<lookup_kernel<Ref, kWalk, true>>("ExecuteOp.lookup", n, f, policy, stash_grid);
+      const auto lookups = [&]<bool kWords>() {
+        if (policy.lookups_miss) {
+          launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, needed);
+        } else if constexpr (kWalk == Walk::kLine) {
+          launch_probing<lookup_kernel<Ref, kWalk, true, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
+        } else {
+          launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
+        }
+      };
+      if (words) {
+        lookups.template operator()<true>();
       } else {
-        launch_probing<lookup_kernel<Ref, kWalk>>("ExecuteOp.lookup", n, f, policy, stash_grid);
+        lookups.template operator()<false>();
       }
     }
     // A pass that runs split whatever its mix (LanePolicy::split_any_mix) launches neither lane schedule: each

@@ -23,9 +23,10 @@ namespace {
 
 // Threads per op that copy a value after the probing step (CopyValues): a warp's worth at most, one per 16
 // bytes. Values of two words or fewer are copied by the op itself, where they are already in hand, but in a
-// table with slot words, whose words CopyValues moves (Engine::store_slot_word).
+// table with slot words, whose words CopyValues moves (Engine::store_slot_word), except in the lookup kernel
+// (answers_words_in_lookups).
 std::uint32_t copy_lanes(std::uint32_t value_stride, bool slot_word) {
-  if (value_stride <= 16) return slot_word ? 1 : 0;
+  if (value_stride <= kValueBytesCopiedByOp) return slot_word ? 1 : 0;
   return std::min<std::uint32_t>(32, (value_stride + 15) / 16);
 }
 

@@ -212,15 +212,31 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_INSERT_MIN_BLOCKS)
 // a lookup's only, so that more of its warps can be resident (H100, run 141: passes of misses 1.02-1.11x
 // with 6 blocks per SM against the Stash kernel's 4, passes of hits level with 4). kFetchLine: each lookup's
 // first line fetched whole (ExecuteOp::run_lookup), for a line's passes expected to hit (LanePolicy::
-// lookups_miss false).
-template <class Ref, Walk kWalk, bool kFetchLine = false>
+// lookups_miss false). kWords: for a table with slot words whose values its ops copy themselves
+// (answers_words_in_lookups): a hit answers its value and word from the slot its walk read. The other
+// kernels leave both to CopyValues, which reads the slot a second time, at random: so that they hold no
+// code for words (Engine::store_slot_word says what that code cost), and so that this lookup kernel, which
+// tables without words launch, holds none either.
+template <class Ref, Walk kWalk, bool kFetchLine = false, bool kWords = false>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_LOOKUP_MIN_BLOCKS)
     lookup_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {
   wait_for_earlier_kernels();
   if (f.idle() || !read_only(f.e.pass) || policy.collaborative(*counters)) return;
   Tally tally;
-  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<kWalk, kFetchLine>(op, t); }, tally);
+  grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<kWalk, kFetchLine, kWords>(op, t); }, tally);
   flush_tally(tally, counters);
+}
+
+// Values of this many bytes or fewer are copied by the op that reads or writes them, which has them in hand;
+// wider ones by several threads of CopyValues together (GpuBackend's copy_lanes).
+constexpr std::uint32_t kValueBytesCopiedByOp = 16;
+
+// Whether a pass without writes answers its hits' slot words in the lookup kernel (lookup_kernel's kWords): a
+// table with words whose values are narrow enough for the op to copy (CopyValues copies wider ones better,
+// and their words with them).
+template <class Ref>
+bool answers_words_in_lookups(const Ref& table) {
+  return table.slot_word_offset != 0 && table.value_stride <= kValueBytesCopiedByOp;
 }
 
 template <class Ref, Walk kWalk>

@@ -509,7 +509,8 @@ struct Engine {
   // stored or returned, they grew 5% and a table without words lost 1-3% on mixed batches, inserts and
   // deletes (H100, bench/RESULTS.md, issue 17, "an optional 8-byte word per slot"). Words are handled here
   // only in the phases that run an op with its host tier (kWithHost: keys of several ops, the host phase),
-  // where a test costs nothing measurable.
+  // where a test costs nothing measurable, and in the lookup kernel built for tables with words
+  // (Ops::kAnswersWords: OneGetWithWord), which answers a hit's value and word from the slot its walk read.
   // Stores, in tier `t`'s `slot`, the word of the write whose value the slot now holds (op `value_op`). The
   // slot's key is this thread's to change: the word is in place before the slot is published.
   GPUKV_HD_INLINE void store_slot_word(const Ref& t, std::uint64_t slot, std::uint64_t value_op) const {
@@ -536,7 +537,8 @@ struct Engine {
 
   // Runs the ops of one key, in order. `ops.next(i)` yields the op indices, all of them carrying this key;
   // `ops.kind(i)` and `ops.value(i)` give an op's kind and its value (a ValueIn); Ops::kAlone says whether
-  // the key has exactly one op in the pass. `first` is first_unit<kWalk>(plan).
+  // the key has exactly one op in the pass, Ops::kAnswersWords whether a GET answers its slot word here
+  // where kWithHost is false (store_slot_word). `first` is first_unit<kWalk>(plan).
   // kWalk: as in step (the caller's choice).
   template <Walk kWalk, class Ops>
   GPUKV_HD void run_key(const KeyWords& key, const ProbePlan& plan, UnitWords first, Ops ops, Tally& tally) const {
@@ -584,12 +586,14 @@ struct Engine {
       switch (ops.kind(op)) {
         case OpKind::kGet:
           if (present) {
-            if constexpr (kWithHost) write_get_word(op, written, value_op, slot_in_host ? host : table, slot);
+            if constexpr (kWithHost || Ops::kAnswersWords) {
+              write_get_word(op, written, value_op, slot_in_host ? host : table, slot);
+            }
             if (written) {
               write_get(op, value);
             } else if (kWithHost && slot_in_host) {
               write_get(op, host.value_in(slot));
-            } else if (Ops::kAlone && pass.copy_later && batch.out_values != nullptr) {
+            } else if (Ops::kAlone && !Ops::kAnswersWords && pass.copy_later && batch.out_values != nullptr) {
               gather = true;  // alone in the pass: nothing changes the slot before CopyValues reads it
             } else {
               write_get(op, table.template value_in<kWalk>(slot, p.words.lens));

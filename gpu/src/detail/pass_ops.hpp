@@ -260,6 +260,7 @@ GPUKV_HD_INLINE OpIn load_op(const BatchRef& batch, std::uint64_t op) {
 // Yields exactly one op, whose kind and value are already in registers.
 struct OneOp {
   static constexpr bool kAlone = true;
+  static constexpr bool kAnswersWords = false;
   std::uint64_t op;
   OpIn in;
   bool done = false;
@@ -277,6 +278,13 @@ struct OneOp {
 // (ExecuteOp::run_lookup).
 struct OneGet : OneOp {
   GPUKV_HD_INLINE static constexpr OpKind kind(std::uint64_t) { return OpKind::kGet; }
+};
+
+// OneGet in a table with slot words whose values its ops copy themselves (the GPU's lookup kernel for such
+// tables, lookup_kernel's kWords): a hit answers its value and word from the slot its walk found, where
+// OneGet would leave both to CopyValues, which reads the slot again.
+struct OneGetWithWord : OneGet {
+  static constexpr bool kAnswersWords = true;
 };
 
 // Runs every op whose key is alone in the pass; defers the rest to the ordered phase. In three parts, so
@@ -435,7 +443,9 @@ struct ExecuteOp {
   // run() for a pass without writes (read_only), whose every op that is not malformed is a GET alone in the
   // pass: the GPU's lookup kernel, whose code then holds a lookup's walk and answer only. kFetchLine: the
   // first unit's whole line fetched into L2 (a line's hits, whose slot may lie in the line's other half).
-  template <Walk kWalk = Walk::kAny, bool kFetchLine = false>
+  // kWords: a hit answers its slot word too, and its value, which it would otherwise leave to CopyValues
+  // (OneGetWithWord).
+  template <Walk kWalk = Walk::kAny, bool kFetchLine = false, bool kWords = false>
   GPUKV_HD void run_lookup(std::uint64_t op, Tally& tally) const {
     const KeyWords key = batch_key(e.table, e.batch, op);
     if (group_entry(op, key.len) == kNoGroup) return;  // answered kInvalid
@@ -447,7 +457,11 @@ struct ExecuteOp {
       e.pass.host_queue[append_index(&e.pass.counters->host_queued)] = op;
     } else {
       tally.found += p.at.hit;
-      e.template apply<false, kWalk>(p, OneGet{{op, OpIn{}}}, tally);
+      if constexpr (kWords) {
+        e.template apply<false, kWalk>(p, OneGetWithWord{{{op, OpIn{}}}}, tally);
+      } else {
+        e.template apply<false, kWalk>(p, OneGet{{op, OpIn{}}}, tally);
+      }
     }
   }
   // The same for an op CpuExecutor has planned.
@@ -541,6 +555,7 @@ GPUKV_HD_INLINE std::uint64_t deferred_op(std::uint64_t v) { return v & 0xFFFFFF
 template <class Ref>
 struct SameKeyOps {
   static constexpr bool kAlone = false;
+  static constexpr bool kAnswersWords = false;  // run with the host tier, where GETs answer words anyway
   const Ref* table;
   const BatchRef* batch;
   const std::uint64_t* sorted;
