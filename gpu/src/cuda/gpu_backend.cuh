@@ -24,10 +24,12 @@ namespace {
 // Threads per op that copy a value after the probing step (CopyValues): a warp's worth at most, one per 16
 // bytes. Values of two words or fewer are copied by the op itself, where they are already in hand, but in a
 // table with slot words, whose words CopyValues moves (Engine::store_slot_word), except in the lookup kernel
-// (answers_words_in_lookups).
-std::uint32_t copy_lanes(std::uint32_t value_stride, bool slot_word) {
-  if (value_stride <= kValueBytesCopiedByOp) return slot_word ? 1 : 0;
-  return std::min<std::uint32_t>(32, (value_stride + 15) / 16);
+// (answers_words_in_lookups). A PUT on a board writes its slot's head too, its lengths and key, a word a
+// lane (CopyValues): `head_words` lanes at least (Geometry::copied_head_words).
+std::uint32_t copy_lanes(std::uint32_t value_stride, bool slot_word, std::uint32_t head_words) {
+  const std::uint32_t lanes = value_stride <= kValueBytesCopiedByOp ? (slot_word ? 1 : 0)
+                                                                    : std::min<std::uint32_t>(32, (value_stride + 15) / 16);
+  return lanes == 0 ? 0 : std::max(lanes, head_words);
 }
 
 int select_device(int ordinal) {
@@ -60,7 +62,8 @@ class GpuBackend final : public Backend {
                 exec_,
                 counters_.as<Counters>(), limits_of(g.device), limits_of(g.host),
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load,
-                copy_lanes(g.value_stride, config.slot_word), config.optimistic_inserts) {
+                copy_lanes(g.value_stride, config.slot_word, g.copied_head_words()),
+                config.optimistic_inserts) {
     // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
     // line layout the tickets are among them.
     if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());

@@ -152,7 +152,8 @@ GPUKV_HD_INLINE void add_tally(const Tally& t, Counters* c, Add&& add) {
 // being below 2^41 and codes never EMPTY, so that no entry is 0:
 //   no flag            FinishPass sets the BUSY ticket of `slot` to `code` (FULL for a new key, TOMBSTONE
 //                      for a deleted one); kPendingHostTier: a host-tier slot
-//   kPendingScatter    CopyValues first writes the op's value into that new device-tier slot
+//   kPendingScatter    CopyValues first writes the op's value into that new device-tier slot (on a board its
+//                      lengths and key too: CopyValues)
 //   kPendingOverwrite  CopyValues writes the op's value over the value of the device-tier slot (no ticket)
 //   kPendingGather     CopyValues copies the device-tier slot's value to the GET's answer (no ticket)
 //

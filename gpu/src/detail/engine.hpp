@@ -642,8 +642,11 @@ struct Engine {
                                                              tally);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value (and
-      // its word).
-      table.template store_key<from_l2(kWalk)>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
+      // its word), and on a board the lengths and key too (CopyValues says why). No walk reads
+      // a BUSY ticket's slot.
+      if (kWalk != Walk::kAny || !table.slots_own_sectors()) {
+        table.template store_key<from_l2(kWalk)>(slot, p.key, value.len, kLensInClaim && lens_claim.stored);
+      }
       pending = pending_code(false, slot, p.code) | kPendingScatter;
     } else if (Ops::kAlone && pass.copy_later && at.hit && present && written) {
       // An overwrite of a key alone in the pass: only its own op reads the value, and CopyValues writes it.

@@ -632,6 +632,10 @@ struct ExecuteSegment {
 template <class Ref>
 struct CopyValues {
   static constexpr const char* kName = "CopyValues";
+  // A GET's copy waits on a random read of its slot, so residency is what its rate needs: at 8 blocks an SM
+  // (32 registers) the GPU holds every thread it can. Writing a PUT's whole slot let the compiler take 42, and
+  // 16 B / 128 B hits ran 0.93x (H100, run 327).
+  static constexpr int kMinBlocks = 8;
   Ref table;
   BatchRef batch;
   const std::uint64_t* pending;
@@ -644,15 +648,30 @@ struct CopyValues {
     const std::uint32_t lane = static_cast<std::uint32_t>(i % lanes);
     const std::uint64_t p = pending[op];
     if (!pending_has(p, kPendingGather | kPendingScatter | kPendingOverwrite)) return;
-    // A GET's value goes from the slot to the answer. A PUT's goes into a new key's slot, whose header
-    // store_key wrote with the value's length, or over an old value, whose length changes here (a second
-    // store to a new slot's header cost wide inserts 4%: bench/RESULTS.md, "inserts publish their own
-    // slots"). One copy loop for all three.
+    // A GET's value goes from the slot to the answer. A PUT's goes into a new key's slot, or over an old
+    // value, whose length changes here. On a board a PUT writes its slot whole, from its first sector:
+    // lengths, key, value, zeros to the end of the value's last sector, and the slot's word. The walk left
+    // even a new key's lengths and key to this step, so that each sector of the slot is written once, whole:
+    // a sector written in part, by the walk and then by this step, costs HBM a read-modify-write each time
+    // it leaves L2 (TableRef's layout note). 16 B / 128 B inserts 1.46x, 1 KiB 1.13x (H100, run 329). An
+    // overwrite writes its key again as it was: nothing else reads the slot meanwhile (its key is alone in the
+    // pass, and every walk of the pass has ended). In a line the walk stored a new key and its lengths.
     const std::uint64_t slot = pending_slot(p);
     const bool gather = pending_has(p, kPendingGather);
     const std::uint32_t len = gather ? table.load_lens(slot).value : batch.value_lens[op];
+    const bool whole = !gather && table.slots_own_sectors();
+    // The slot's head, its lengths and key, a word a lane, before the copy loop: a second round of the loop
+    // for the head's words cost 1 KiB overwrites 8% and overwrites of 8-byte values with words 18% (run
+    // 328), and a head stored after the loop kept registers the loop's loads needed at 32 (8 blocks an SM):
+    // the compiler then issued each lane's two loads a round one after the other, and 1 KiB hits ran 0.95x
+    // (run 332). Every backend gives a board's table at least as many lanes as the head has words
+    // (Geometry::copied_head_words).
+    const std::uint32_t head = whole ? table.header_words() + table.key_words : 0;
+    if (lane < head) (table.value_words_at(slot) - head)[lane] = head_word(op, lane, len);
     if (lane == 0 && gather && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
-    if (lane == 0 && pending_has(p, kPendingOverwrite)) table.store_value_len(slot, len, table.load_lens(slot).key);
+    if (lane == 0 && !whole && pending_has(p, kPendingOverwrite)) {
+      table.store_value_len(slot, len, table.load_lens(slot).key);
+    }
     // A slot's word goes with its value (Engine::store_slot_word says why here).
     if (lane == 0 && table.slot_word_offset != 0) {
       if (!gather) {
@@ -661,10 +680,23 @@ struct CopyValues {
         batch.out_slot_words[op] = *table.slot_word_at(slot);
       }
     }
+    // One copy loop for every kind of op: a warp holds ops of several kinds, and a loop of its own for some
+    // of them ran mixed batches of 128-byte values 0.97x (run 329).
     copy(gather ? table.value_words_at(slot) : batch.value_words(op),
          gather ? batch.out_value_words(op) : table.value_words_at(slot), len,
          gather ? (len + 7) / 8 : table.stored_value_words(len), lane);
   }
+  // Word `w` of a board slot's head for op's PUT of a value of `len` bytes: its lengths, then its key's words,
+  // zero past the key's length (as load_key gives them). The key's word is loaded beside its length, not
+  // after it.
+  GPUKV_HD_INLINE std::uint64_t head_word(std::uint64_t op, std::uint32_t w, std::uint32_t len) const {
+    const std::uint32_t key_len = batch.key_lens[op];
+    if (w == 0) return std::uint64_t{key_len} | (std::uint64_t{len} << 32);
+    const std::uint64_t word = reinterpret_cast<const std::uint64_t*>(batch.key(op))[w - 1];
+    const std::uint32_t begin = 8 * (w - 1);
+    return key_len > begin ? word & byte_mask(key_len - begin) : 0;
+  }
+
   // Writes `total` words to `to`: the `len` bytes at `from`, then zeros. This lane's share: 2 words of every
   // 2 * lanes.
   GPUKV_HD_INLINE void copy(const std::uint64_t* from, std::uint64_t* to, std::uint32_t len, std::uint32_t total,

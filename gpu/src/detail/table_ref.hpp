@@ -462,11 +462,10 @@ GPUKV_UNROLL
   GPUKV_HD_INLINE std::uint32_t line_key_len(std::uint64_t lens_word, std::uint64_t index) const {
     return line_lens(lens_word, index).key;
   }
-
- private:
   // Words of lengths at the start of a slot's stride: one on a board, none in a line.
   GPUKV_HD_INLINE std::uint32_t header_words() const { return len_bits == kBoardLenBits ? 1 : 0; }
 
+ private:
   // The 8-byte aligned word holding a slot's lengths: its header on a board, the line's lengths word.
   GPUKV_HD_INLINE const std::uint64_t* lens_word_at(std::uint64_t index) const {
     return reinterpret_cast<const std::uint64_t*>(reinterpret_cast<std::uintptr_t>(lens_at(index)) & ~std::uintptr_t{7});
