@@ -41,8 +41,8 @@ struct Geometry {
   TierGeometry device;
   TierGeometry host;
   // Words at the start of a device-tier slot that CopyValues writes for a PUT beside its value, a word a
-  // lane, so that a backend copies with at least this many lanes: on a board the slot's lengths and key
-  // (CopyValues says why), in a line none.
+  // lane where it has that many (GpuBackend's copy_lanes): on a board the slot's lengths and key (CopyValues
+  // says why), in a line none.
   std::uint32_t copied_head_words() const { return device.layout == SlotLayout::kBoard ? 1 + key_words : 0; }
 };
 

@@ -40,7 +40,7 @@ class CpuBackend final : public Backend {
                 // A table with slot words copies its values after the probing step, words with them
                 // (Engine::store_slot_word).
                 config.lanes, config.clstash_load,
-                /*copy_lanes=*/config.slot_word ? std::max<std::uint32_t>(1, g.copied_head_words()) : 0) {}
+                /*copy_lanes=*/config.slot_word ? 1 : 0) {}
 
   void execute(const BatchIn& in, const BatchOut& out, Memory memory) override {
     if (memory != Memory::kHost) throw Error(Error::Code::kInvalidArgument, "the CPU backend takes host memory only");

@@ -660,14 +660,16 @@ struct CopyValues {
     const bool gather = pending_has(p, kPendingGather);
     const std::uint32_t len = gather ? table.load_lens(slot).value : batch.value_lens[op];
     const bool whole = !gather && table.slots_own_sectors();
-    // The slot's head, its lengths and key, a word a lane, before the copy loop: a second round of the loop
-    // for the head's words cost 1 KiB overwrites 8% and overwrites of 8-byte values with words 18% (run
-    // 328), and a head stored after the loop kept registers the loop's loads needed at 32 (8 blocks an SM):
-    // the compiler then issued each lane's two loads a round one after the other, and 1 KiB hits ran 0.95x
-    // (run 332). Every backend gives a board's table at least as many lanes as the head has words
-    // (Geometry::copied_head_words).
+    // The slot's head, its lengths and key, a word a lane: loaded before the value's words and stored after
+    // them, so that the loads wait together. A second round of the copy loop for the head's words cost 1 KiB
+    // overwrites 8% and overwrites of 8-byte values with words 18% (run 328); the head stored before the
+    // loop, after its own load, 16 B / 128 B overwrites 10% (run 333). GpuBackend gives a board's table as
+    // many lanes as the head has words (Geometry::copied_head_words); the loop at the end serves fewer (the
+    // CPU backend's one). With that loop compiled out of the GPU's code (every backend giving enough lanes),
+    // 1 KiB overwrites, mixed batches and hits ran 3-4% slower (run 334 against run 332, the same base): the
+    // copy loop's code came out otherwise, why is not pinned down.
     const std::uint32_t head = whole ? table.header_words() + table.key_words : 0;
-    if (lane < head) (table.value_words_at(slot) - head)[lane] = head_word(op, lane, len);
+    const std::uint64_t mine = lane < head ? head_word(op, lane, len) : 0;
     if (lane == 0 && gather && batch.out_value_lens != nullptr) batch.out_value_lens[op] = len;
     if (lane == 0 && !whole && pending_has(p, kPendingOverwrite)) {
       table.store_value_len(slot, len, table.load_lens(slot).key);
@@ -685,16 +687,17 @@ struct CopyValues {
     copy(gather ? table.value_words_at(slot) : batch.value_words(op),
          gather ? batch.out_value_words(op) : table.value_words_at(slot), len,
          gather ? (len + 7) / 8 : table.stored_value_words(len), lane);
+    std::uint64_t* const start = table.value_words_at(slot) - head;
+    if (lane < head) start[lane] = mine;
+    for (std::uint32_t w = lane + lanes; w < head; w += lanes) start[w] = head_word(op, w, len);
   }
   // Word `w` of a board slot's head for op's PUT of a value of `len` bytes: its lengths, then its key's words,
-  // zero past the key's length (as load_key gives them). The key's word is loaded beside its length, not
-  // after it.
+  // zero past the key's length (as load_key gives them).
   GPUKV_HD_INLINE std::uint64_t head_word(std::uint64_t op, std::uint32_t w, std::uint32_t len) const {
     const std::uint32_t key_len = batch.key_lens[op];
     if (w == 0) return std::uint64_t{key_len} | (std::uint64_t{len} << 32);
-    const std::uint64_t word = reinterpret_cast<const std::uint64_t*>(batch.key(op))[w - 1];
     const std::uint32_t begin = 8 * (w - 1);
-    return key_len > begin ? word & byte_mask(key_len - begin) : 0;
+    return key_len > begin ? reinterpret_cast<const std::uint64_t*>(batch.key(op))[w - 1] & byte_mask(key_len - begin) : 0;
   }
 
   // Writes `total` words to `to`: the `len` bytes at `from`, then zeros. This lane's share: 2 words of every
