@@ -653,7 +653,7 @@ struct CopyValues {
     // lengths, key, value, zeros to the end of the value's last sector, and the slot's word. The walk left
     // even a new key's lengths and key to this step, so that each sector of the slot is written once, whole:
     // a sector written in part, by the walk and then by this step, costs HBM a read-modify-write each time
-    // it leaves L2 (TableRef's layout note). 16 B / 128 B inserts 1.46x, 1 KiB 1.13x (H100, run 329). An
+    // it leaves L2 (TableRef's layout note). 16 B / 128 B inserts 1.45-1.49x, 1 KiB 1.17x (H100, run 335). An
     // overwrite writes its key again as it was: nothing else reads the slot meanwhile (its key is alone in the
     // pass, and every walk of the pass has ended). In a line the walk stored a new key and its lengths.
     const std::uint64_t slot = pending_slot(p);
