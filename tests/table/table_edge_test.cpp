@@ -582,6 +582,45 @@ TEST_P(TableEdgeTest, ZeroKeysKeepTheirValuesBesideNewKeysInMixedBatches) {
 // and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather than failing the
 // pass and running it again (no failure is counted), and only the batches of PUTs count as optimistic passes.
 // For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
+// New keys whose board slots CopyValues writes whole (values wider than a walk copies, or slot words) claim
+// EMPTY tickets FULL at once, and their slots are written only after the walks of their pass
+// (Engine::whole_slot_full_code). Here they take the slots that a clean-up emptied of deleted keys, whose bytes
+// those keys left there, while the same pass looks up the deleted keys, the empty key (whose code such claims
+// avoid) and the keys still present. Promise: every answer is the model's; no lookup takes a slot just
+// claimed for another key for its own.
+TEST_P(TableEdgeTest, NewKeysInBoardSlotsEmptiedByCleanUpHideTheKeysDeletedThere) {
+  for (const bool words : {false, true}) {
+    SCOPED_TRACE(words ? "8 B / 8 B with slot words" : "16 B / 128 B");
+    TableConfig c = config(words ? 8 : 16, words ? 8 : 128, 1 << 18);
+    c.slot_layout = SlotLayout::kBoard;
+    c.slot_word = words;
+    Table table(c);
+    const std::uint64_t max_items = table.stats().device.max_items;
+    Model model(max_items);
+    Generator gen(37, c.key_width, c.value_width);
+    const auto keys = gen.unique_keys(max_items * 2);
+    std::vector<Op> fill;
+    for (std::uint64_t i = 0; i < max_items * 3 / 4; ++i) fill.push_back(put(keys[i], gen.value()));
+    model.run(table, fill);
+    ASSERT_FALSE(HasFatalFailure());
+    std::vector<Op> deletes;
+    for (std::uint64_t i = 0; i < fill.size(); i += 2) deletes.push_back(del(keys[i]));
+    model.run(table, deletes);
+    ASSERT_FALSE(HasFatalFailure());
+    ASSERT_TRUE(table.cleanup());
+    ASSERT_EQ(table.stats().device.tombstones, 0u);
+    // One pass: the new keys first, so that most lookups run after the claims; then the deleted keys, the
+    // empty key, and the keys left.
+    std::vector<Op> ops;
+    for (std::uint64_t i = 0; i < deletes.size(); ++i) ops.push_back(put(keys[fill.size() + i], gen.value()));
+    for (std::uint64_t i = 0; i < fill.size(); ++i) ops.push_back(get(keys[i]));
+    ops.push_back(get(""));
+    model.run(table, ops);
+    ASSERT_FALSE(HasFatalFailure());
+    model.check_contents(table);
+  }
+}
+
 TEST_P(TableEdgeTest, GetsAfterNewKeysRunAsLookupsWithoutARedo) {
   for (const std::uint32_t key_width : {8u, 16u}) {
     SCOPED_TRACE("key_width " + std::to_string(key_width));

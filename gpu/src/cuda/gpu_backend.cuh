@@ -64,10 +64,11 @@ class GpuBackend final : public Backend {
                 HostPhase{config.order_host, config.host_phase_threads}, config.lanes, config.clstash_load,
                 copy_lanes(g.value_stride, config.slot_word, g.copied_head_words()),
                 config.optimistic_inserts) {
-    // Every ticket EMPTY; slots need no initialisation (they are read only behind a FULL ticket), but in the
-    // line layout the tickets are among them.
+    // Every ticket EMPTY, and every device-tier slot zero: in the line layout the tickets are among them, and
+    // a claim may make a ticket FULL at once over an EMPTY slot's zeros (Engine's invariants). The host
+    // tier's slots need no initialisation (they are read only behind a FULL ticket).
     if (!board_.empty()) exec_.zero(board_.data(), board_.bytes());
-    if (g.device.layout == SlotLayout::kLine) exec_.zero(slots_.data(), slots_.bytes());
+    exec_.zero(slots_.data(), slots_.bytes());
     if (!host_board_.empty()) exec_.zero(host_board_.data(), host_board_.bytes());
     exec_.write_counters(Counters{});
     GPUKV_CUDA_CHECK(cudaStreamSynchronize(stream_.stream));

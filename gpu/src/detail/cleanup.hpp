@@ -5,7 +5,7 @@
 //
 //   1. CleanupExtract, one thread per slot: every TOMBSTONE becomes EMPTY; every key that is not in
 //      the first unit of its own probe sequence is copied out to a buffer and its ticket becomes EMPTY. A
-//      line's slot that becomes EMPTY is zeroed (lengths and key).
+//      line's slot that becomes EMPTY is zeroed (lengths and key), and a device-tier board slot's lengths.
 //      Keys in their first unit stay: a lookup finds them with its first probe, whatever else is empty.
 //   2. CleanupReinsert, one thread per extracted key: insert it again by the normal claim path.
 //
@@ -29,6 +29,7 @@ template <class Ref>
 struct CleanupWord {
   using Codec = typename Ref::Codec;
   Ref table;
+  bool device_tier;
 
   GPUKV_HD_INLINE KeyWords stored_key(std::uint64_t slot) const {
     KeyWords k;
@@ -45,11 +46,15 @@ GPUKV_UNROLL
       return slot;
     }
   }
-  // Zeroes the lengths and key of a line's slot whose ticket clean-up turns EMPTY: a line's EMPTY slots hold
-  // zeros, which the claims that make a ticket FULL at once rely on (Engine's invariants). A board's slots,
-  // which no claim makes FULL at once, keep their bytes: in the host tier they are host memory.
-  GPUKV_HD_INLINE void zero_line_slot(std::uint64_t slot) const {
-    if (table.slots_own_sectors()) return;
+  // Zeroes what the claims that make a ticket FULL at once rely on (Engine's invariants) in a slot whose
+  // ticket clean-up turns EMPTY: a line's lengths and key; the lengths of a board's slot in the device tier
+  // (Engine::whole_slot_full_code). The host tier's board slots, in host memory, which no claim makes FULL at
+  // once, keep their bytes.
+  GPUKV_HD_INLINE void zero_emptied_slot(std::uint64_t slot) const {
+    if (table.slots_own_sectors()) {
+      if (device_tier) table.store_lens(slot, SlotLens{0, 0});
+      return;
+    }
     table.store_lens(slot, SlotLens{0, 0});
     std::uint64_t* words = table.key_words_at(slot);
 GPUKV_UNROLL
@@ -107,7 +112,7 @@ struct CleanupExtract {
     // The threads of a word's other slots may flip their own tickets meanwhile; this one's stays as read.
     const std::uint64_t code = Codec::field_code(w.table.board.load(word), field);
     if (code == Codec::kTombstone) {
-      w.zero_line_slot(slot);
+      w.zero_emptied_slot(slot);
       w.table.board.flip(word, field, code, Codec::kEmpty);
     } else if (code >= Codec::kFirstFull && w.displaced(slot)) {
       const auto index = append_index_to(&regions[slot / kCleanupRegionSlots]);
@@ -116,7 +121,7 @@ struct CleanupExtract {
       auto* to = reinterpret_cast<std::uint64_t*>(buffer + index * record_bytes(w.table));
       to[0] = std::uint64_t{lens.key} | (std::uint64_t{lens.value} << 32);
       for (std::uint32_t j = 0; j < w.table.data_bytes() / 8; ++j) to[1 + j] = from[j];
-      w.zero_line_slot(slot);
+      w.zero_emptied_slot(slot);
       w.table.board.flip(word, field, code, Codec::kEmpty);
       ++tally.extracted;
     }

@@ -23,9 +23,9 @@
 //  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
 //    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
 //    unit keeps every key reachable.
-//  * In a line, a slot whose ticket is EMPTY has zero lengths and a zero key: the table starts zeroed, and
-//    clean-up zeroes every slot whose ticket it turns EMPTY (CleanupExtract). Nothing else makes a ticket
-//    EMPTY.
+//  * In a line, a slot whose ticket is EMPTY has zero lengths and a zero key; in the device tier's board, a
+//    zero lengths word: the table starts zeroed, and clean-up zeroes them in every slot whose ticket it
+//    turns EMPTY (CleanupExtract). Nothing else makes a ticket EMPTY.
 //  * No lookup sees a half-written key or value. A new key's slot stays BUSY (skipped by every lookup) while
 //    it is written. On the GPU's board, and in a line by a kernel whose compares read from L2 (the probing
 //    step of a pass of inserts: compares_in_l2; the ordered and the host phase), its writer then publishes
@@ -35,7 +35,9 @@
 //    last one, a key alone in the pass that takes an EMPTY ticket claims it FULL at once instead, and writes
 //    its slot after: a reader of the same kernel that meets the ticket first compares its key against the
 //    zero slot or the new key, neither of which is its own (same-key ops run in one thread), and reads no
-//    value (full_claim_code says why, and which keys still go through BUSY).
+//    value (full_claim_code says why, and which keys still go through BUSY). On a board, a key alone in the
+//    pass whose slot CopyValues writes whole claims an EMPTY ticket FULL at once too: until CopyValues writes
+//    it, a reader meets a zero lengths word there (whole_slot_full_code).
 //    Any other new slot, and one whose value CopyValues writes later, stays BUSY until FinishPass publishes
 //    it after the pass. A deleted slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse
 //    it and rewrite its key while a reader that saw its old FULL ticket compares against it; on the GPU,
@@ -118,6 +120,18 @@ struct LensClaim {
 // `lens` (a line on the GPU, or null): the slot's lengths, written with the ticket if `lens->wanted` (the
 // caller saw `unit`'s lengths word) and the GPU has a 16-byte CAS; `lens->stored` says whether they were.
 // There, an EMPTY ticket becomes `lens->full_code` rather than `to` if that is not 0 (`lens->full` says so).
+// claim_ticket's claim of ticket `field` of board word `word` (seen as `tickets`, this ticket as `code`)
+// where the lengths are not written with it: an EMPTY ticket becomes `lens->full_code` rather than `to` if
+// `lens` is given and that is not 0 (a board's slot that CopyValues writes whole: Engine::whole_slot_full_code).
+template <class Ref>
+GPUKV_HD_INLINE bool claim_without_lens(const Ref& t, std::uint64_t word, int field, std::uint64_t& tickets,
+                                        std::uint64_t code, std::uint64_t to, LensClaim* lens) {
+  const bool full = lens != nullptr && lens->full_code != 0 && code == Ref::Codec::kEmpty;
+  const bool claimed = t.board.claim(word, field, tickets, full ? lens->full_code : to);
+  if (lens != nullptr) lens->full = claimed && full;
+  return claimed;
+}
+
 template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
                            std::uint64_t tickets, std::uint64_t& slot, Count& tombstones,
@@ -151,10 +165,10 @@ GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe
             t.board.claim_with_next(word, field, tickets, lens->word, mask, bits, full ? lens->full_code : to);
         lens->full = claimed && full;
       } else {
-        claimed = t.board.claim(word, field, tickets, to);
+        claimed = claim_without_lens(t, word, field, tickets, code, to, lens);
       }
 #else
-      claimed = t.board.claim(word, field, tickets, to);
+      claimed = claim_without_lens(t, word, field, tickets, code, to, lens);
 #endif
       if (claimed) {  // a failed claim refreshes `tickets`
         if (code == Codec::kTombstone) tombstones -= 1;
@@ -429,6 +443,17 @@ struct Engine {
       return pass.copy_later || p.code == zero_key_code(p.key.len) || p.code == zero_key_code(0) ? 0 : p.code;
     }
   }
+  // The FULL code with which a new key alone in its pass may claim an EMPTY board slot at once, where
+  // CopyValues writes the slot whole after the probing step (the walk writes nothing of it), or 0. Until
+  // then the slot holds what an EMPTY device-tier board slot holds: a zero lengths word (see the invariants
+  // above). A reader of the pass that meets the FULL ticket compares its key's length against that zero, so
+  // only the empty key could take the slot for its own: a key with the empty key's code goes through BUSY.
+  // Such a claim saves FinishPass's publish, a second random atomic on the ticket's word (a 16 B / 128 B
+  // insert's FinishPass took 1.9 of 12.2 ms, H100, run 337).
+  GPUKV_HD_INLINE std::uint64_t whole_slot_full_code(const Probe& p) const {
+    constexpr std::uint64_t kEmptyKeyCode = Codec::info_code(zero_key_info(0, Ref::key_words));
+    return pass.copy_later && table.slots_own_sectors() && p.code != kEmptyKeyCode ? p.code : 0;
+  }
   // The code of the one-word zero key of `len` bytes (0 to 8; none, ~0, for longer). The codes, a byte each
   // by length, are worked out at compile time: a shift at run time rather than a hash of the zero key.
   GPUKV_HD_INLINE static std::uint64_t zero_key_code(std::uint32_t len) {
@@ -575,6 +600,12 @@ struct Engine {
     // bytes more a thread, for a mixed pass's few new keys.
     LensClaim lens_claim{p.words.lens, SlotLens{p.key.len, 0}};
     constexpr bool kLensInClaim = Ops::kAlone && from_l2(kWalk);
+    // A board's walk (Walk::kAny) of a key alone in the pass whose slot CopyValues writes whole may claim an
+    // EMPTY ticket FULL at once (whole_slot_full_code); the claim takes lens_claim for its full_code only. Not
+    // in the kernels of mixed passes (clStash, Settle::kAtEnd; the split kernels, kAlways), whose few new
+    // keys gain little from it: there the code for it spilled in the clStash kernel and grew the split
+    // kernels by 2%, and mixed batches ran 0.965-0.994x at loads 0.5-0.9 (H100, run 338).
+    constexpr bool kWholeSlotClaim = Ops::kAlone && kWalk == Walk::kAny && kSettle == Settle::kWithoutPuts;
 
     // The key's last op carries the commit's pending[] entry, if it leaves one; the others' stay
     // kNothingPending. `value_op`: the op whose value is `value` (where `written`).
@@ -614,7 +645,8 @@ struct Engine {
             lens_claim.wanted = kLensInClaim;
             lens_claim.lens.value = ops.value(op).len;
             if constexpr (kLensInClaim) lens_claim.full_code = static_cast<std::uint32_t>(full_claim_code(p));
-            if (!place<kWithHost>(p, slot, slot_in_host, tally, kLensInClaim ? &lens_claim : nullptr)) {
+            if constexpr (kWholeSlotClaim) lens_claim.full_code = static_cast<std::uint32_t>(whole_slot_full_code(p));
+            if (!place<kWithHost>(p, slot, slot_in_host, tally, kLensInClaim || kWholeSlotClaim ? &lens_claim : nullptr)) {
               if (!kWithHost && host.units != 0) return false;  // only op of its key: nothing written yet
               batch.set_status(op, OpStatus::kFull);
               break;
@@ -640,6 +672,10 @@ struct Engine {
     if (kWithHost && slot_in_host) {
       pending = commit<true, Walk::kAny, kSettle, kWithHost>(host, p, slot, claimed, present, written, value, value_op,
                                                              tally);
+    } else if (kWholeSlotClaim && pass.copy_later && claimed && present && lens_claim.full) {
+      // A new key alone in the pass whose board slot its claim made FULL at once: CopyValues writes the slot
+      // whole, as over an old value of the key, and no ticket is left to set.
+      pending = kPendingOverwrite | (slot << 8);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value (and
       // its word), and on a board the lengths and key too (CopyValues says why). No walk reads

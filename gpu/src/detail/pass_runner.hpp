@@ -549,7 +549,7 @@ class PassRunner {
 
   bool cleanup_tier(bool in_host) {
     const Ref t = in_host ? host_ : table_;
-    const CleanupWord<Ref> word{t};
+    const CleanupWord<Ref> word{t, !in_host};
     const std::uint64_t regions = (t.positions + kCleanupRegionSlots - 1) / kCleanupRegionSlots;
     auto starts = exec_.allocate(regions * sizeof(unsigned long long), false);
     if (starts.empty()) return false;
