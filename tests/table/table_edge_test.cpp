@@ -583,8 +583,8 @@ TEST_P(TableEdgeTest, ZeroKeysKeepTheirValuesBesideNewKeysInMixedBatches) {
 // pass and running it again (no failure is counted), and only the batches of PUTs count as optimistic passes.
 // For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
 // New keys whose board slots CopyValues writes whole (values wider than a walk copies, or slot words) claim
-// EMPTY tickets FULL at once, and their slots are written only after the walks of their pass
-// (Engine::whole_slot_full_code). Here they take the slots that a clean-up emptied of deleted keys, whose bytes
+// EMPTY tickets FULL at once on the GPU, and their slots are written only after the walks of their pass
+// (Engine::whole_slot_full_code; the CPU backend claims them BUSY, and runs the same pass as a check). Here they take the slots that a clean-up emptied of deleted keys, whose bytes
 // those keys left there, while the same pass looks up the deleted keys, the empty key (whose code such claims
 // avoid) and the keys still present. Promise: every answer is the model's; no lookup takes a slot just
 // claimed for another key for its own.

@@ -123,13 +123,19 @@ struct LensClaim {
 // claim_ticket's claim of ticket `field` of board word `word` (seen as `tickets`, this ticket as `code`)
 // where the lengths are not written with it: an EMPTY ticket becomes `lens->full_code` rather than `to` if
 // `lens` is given and that is not 0 (a board's slot that CopyValues writes whole: Engine::whole_slot_full_code).
+// On the GPU only: the CPU backend makes no such claim (Engine::apply says why), and its claim stays as it was.
 template <class Ref>
 GPUKV_HD_INLINE bool claim_without_lens(const Ref& t, std::uint64_t word, int field, std::uint64_t& tickets,
-                                        std::uint64_t code, std::uint64_t to, LensClaim* lens) {
+                                        [[maybe_unused]] std::uint64_t code, std::uint64_t to,
+                                        [[maybe_unused]] LensClaim* lens) {
+#if defined(__CUDA_ARCH__)
   const bool full = lens != nullptr && lens->full_code != 0 && code == Ref::Codec::kEmpty;
   const bool claimed = t.board.claim(word, field, tickets, full ? lens->full_code : to);
   if (lens != nullptr) lens->full = claimed && full;
   return claimed;
+#else
+  return t.board.claim(word, field, tickets, to);
+#endif
 }
 
 template <class Ref, class Count>
@@ -604,8 +610,15 @@ struct Engine {
     // EMPTY ticket FULL at once (whole_slot_full_code); the claim takes lens_claim for its full_code only. Not
     // in the kernels of mixed passes (clStash, Settle::kAtEnd; the split kernels, kAlways), whose few new
     // keys gain little from it: there the code for it spilled in the clStash kernel and grew the split
-    // kernels by 2%, and mixed batches ran 0.965-0.994x at loads 0.5-0.9 (H100, run 338).
+    // kernels by 2%, and mixed batches ran 0.965-0.994x at loads 0.5-0.9 (H100, run 338). Nor on the CPU
+    // backend, whose only such slots are those of tables with slot words: there GCC left apply a call, and
+    // finds, whose code had not changed, ran 0.70-0.84x (2-core VM); inlined by force, it still left
+    // claim_ticket one, and inserts ran 0.92-0.97x (bench/RESULTS.md).
+#if defined(__CUDA_ARCH__)
     constexpr bool kWholeSlotClaim = Ops::kAlone && kWalk == Walk::kAny && kSettle == Settle::kWithoutPuts;
+#else
+    constexpr bool kWholeSlotClaim = false;
+#endif
 
     // The key's last op carries the commit's pending[] entry, if it leaves one; the others' stay
     // kNothingPending. `value_op`: the op whose value is `value` (where `written`).
