@@ -577,17 +577,13 @@ TEST_P(TableEdgeTest, ZeroKeysKeepTheirValuesBesideNewKeysInMixedBatches) {
   model.check_contents(table);
 }
 
-// Under kAuto, the passes queued after passes of new keys run optimistically (TableConfig::optimistic_inserts),
-// whatever they hold. Promise: a batch of GETs that comes next (hits and misses) is answered as the model says,
-// and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather than failing the
-// pass and running it again (no failure is counted), and only the batches of PUTs count as optimistic passes.
-// For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
 // New keys whose board slots CopyValues writes whole (values wider than a walk copies, or slot words) claim
 // EMPTY tickets FULL at once on the GPU, and their slots are written only after the walks of their pass
-// (Engine::whole_slot_full_code; the CPU backend claims them BUSY, and runs the same pass as a check). Here they take the slots that a clean-up emptied of deleted keys, whose bytes
-// those keys left there, while the same pass looks up the deleted keys, the empty key (whose code such claims
-// avoid) and the keys still present. Promise: every answer is the model's; no lookup takes a slot just
-// claimed for another key for its own.
+// (Engine::whole_slot_full_code; the CPU backend claims them BUSY, and runs the same pass as a check). Here
+// they take the slots that a clean-up emptied of deleted keys, whose bytes those keys left there, while the
+// same pass looks up the deleted keys, the empty key (whose code such claims avoid) and the keys still
+// present. Promise: every answer is the model's; no lookup takes a slot just claimed for another key for its
+// own.
 TEST_P(TableEdgeTest, NewKeysInBoardSlotsEmptiedByCleanUpHideTheKeysDeletedThere) {
   for (const bool words : {false, true}) {
     SCOPED_TRACE(words ? "8 B / 8 B with slot words" : "16 B / 128 B");
@@ -621,6 +617,11 @@ TEST_P(TableEdgeTest, NewKeysInBoardSlotsEmptiedByCleanUpHideTheKeysDeletedThere
   }
 }
 
+// Under kAuto, the passes queued after passes of new keys run optimistically (TableConfig::optimistic_inserts),
+// whatever they hold. Promise: a batch of GETs that comes next (hits and misses) is answered as the model says,
+// and in the passes it was queued in: the GPU runs its lookups in the optimistic kernel rather than failing the
+// pass and running it again (no failure is counted), and only the batches of PUTs count as optimistic passes.
+// For keys of one word and of two, in a line. (Before, the GETs' pass failed and ran again.)
 TEST_P(TableEdgeTest, GetsAfterNewKeysRunAsLookupsWithoutARedo) {
   for (const std::uint32_t key_width : {8u, 16u}) {
     SCOPED_TRACE("key_width " + std::to_string(key_width));

@@ -114,12 +114,6 @@ struct LensClaim {
   bool full = false;
 };
 
-// Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
-// whose board word the caller saw as `tickets`, setting it to `to` (BUSY unless the caller owns the step:
-// see TicketBoard::claim). Returns false if none is left. A reused tombstone is subtracted from `tombstones`.
-// `lens` (a line on the GPU, or null): the slot's lengths, written with the ticket if `lens->wanted` (the
-// caller saw `unit`'s lengths word) and the GPU has a 16-byte CAS; `lens->stored` says whether they were.
-// There, an EMPTY ticket becomes `lens->full_code` rather than `to` if that is not 0 (`lens->full` says so).
 // claim_ticket's claim of ticket `field` of board word `word` (seen as `tickets`, this ticket as `code`)
 // where the lengths are not written with it: an EMPTY ticket becomes `lens->full_code` rather than `to` if
 // `lens` is given and that is not 0 (a board's slot that CopyValues writes whole: Engine::whole_slot_full_code).
@@ -138,6 +132,12 @@ GPUKV_HD_INLINE bool claim_without_lens(const Ref& t, std::uint64_t word, int fi
 #endif
 }
 
+// Claims the first available ticket of tier `t` from `unit` (position `probe` of a sequence with `step`),
+// whose board word the caller saw as `tickets`, setting it to `to` (BUSY unless the caller owns the step:
+// see TicketBoard::claim). Returns false if none is left. A reused tombstone is subtracted from `tombstones`.
+// `lens` (a line on the GPU, or null): the slot's lengths, written with the ticket if `lens->wanted` (the
+// caller saw `unit`'s lengths word) and the GPU has a 16-byte CAS; `lens->stored` says whether they were.
+// There, an EMPTY ticket becomes `lens->full_code` rather than `to` if that is not 0 (`lens->full` says so).
 template <class Ref, class Count>
 GPUKV_HD bool claim_ticket(const Ref& t, std::uint64_t unit, std::uint64_t probe, std::uint64_t step,
                            std::uint64_t tickets, std::uint64_t& slot, Count& tombstones,
