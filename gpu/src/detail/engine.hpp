@@ -685,9 +685,10 @@ struct Engine {
     if (kWithHost && slot_in_host) {
       pending = commit<true, Walk::kAny, kSettle, kWithHost>(host, p, slot, claimed, present, written, value, value_op,
                                                              tally);
-    } else if (kWholeSlotClaim && pass.copy_later && claimed && present && lens_claim.full) {
-      // A new key alone in the pass whose board slot its claim made FULL at once: CopyValues writes the slot
-      // whole, as over an old value of the key, and no ticket is left to set.
+    } else if (kWholeSlotClaim && lens_claim.full) {
+      // A new key alone in the pass whose board slot its claim made FULL at once (which only a claim for a
+      // slot that CopyValues writes does: whole_slot_full_code): CopyValues writes the slot whole, as over an
+      // old value of the key, and no ticket is left to set.
       pending = kPendingOverwrite | (slot << 8);
     } else if (Ops::kAlone && pass.copy_later && claimed && present) {
       // A new key alone in the pass: its slot stays BUSY until FinishPass, after CopyValues wrote the value (and
