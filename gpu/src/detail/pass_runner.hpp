@@ -205,7 +205,6 @@ class PassRunner {
       dirty_bound_ = 0;
     }
     const std::uint64_t passes = (batch.size + pass_ops - 1) / pass_ops;
-    finished_in_call_ = 0;
     std::optional<Queued> before;  // queued, not yet finished
     for (std::uint64_t k = 0; k < passes;) {
       const Queued pass = queue(batch.part(k * pass_ops, pass_ops), scratch, k + 1 < passes);
@@ -328,11 +327,13 @@ class PassRunner {
     fresh_groups_ = false;
     // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
     // Grouping in bins does StartPass's work in its first kernel, a launch less a pass (writes 1.01-1.04x on
-    // an H100, run 210), where a pass of this call has shown that the call writes: its first two passes are
-    // queued before any of its passes has finished, on the word of the call before, which may have been of
-    // another kind, and a pass without writes would then scatter its ops where StartPass's count lets
-    // grouping return at once (finds 0.99x, run 210).
-    const bool bins_start_pass = bin_bits != 0 && finished_in_call_ != 0;
+    // an H100, run 210). A pass is grouped in bins only where the last finished pass wrote (group_bins), a
+    // call's first passes on the word of the call before, and these do StartPass's work in bins too: a call
+    // of one pass, as a long mixed workload's are, saves StartPass's 33 us of its 740 (mixed batches in a
+    // steady state 1.03-1.06x, deletes after a mixed batch 1.02-1.04x; H100, run 349). The cost falls on a
+    // call without writes after one with: its first two passes scatter their ops, where StartPass's count
+    // would have let grouping return at once (finds 0.99x where every call's first passes did so, run 210).
+    const bool bins_start_pass = bin_bits != 0;
     if (!bins_start_pass) {
       const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
       exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items, optimistic});
@@ -384,7 +385,6 @@ class PassRunner {
         optimistic_after_ = 1;
       }
     }
-    finished_in_call_ += 1;
     const std::uint64_t n = q.batch.size;
     // Whether the pass looked like one of inserts: every op wrote, and at least half of them added a key.
     // The passes queued from now on expect the same (PassRef::inserts_expected).
@@ -608,7 +608,6 @@ class PassRunner {
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run
   bool mixed_expected_ = false;                 // the last finished pass was mixed (LanePolicy::kinds_apart)
-  std::uint64_t finished_in_call_ = 0;          // passes of this call finished so far
   unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued
   int unsnapped_ = -1;  // the slot of a queued pass whose counters no step has been asked to copy yet, or -1
