@@ -32,5 +32,5 @@ for spec in "lookup_hit lookup_kernel 10 1" "stash_overwrite stash_kernel 74 1" 
   "$ncu" --import "$rep.ncu-rep" --page source --print-source sass --csv >"$out/mixed-$tag-$load-sass.csv" 2>&1
   echo "# $tag ($kernel, launches $skip + $count)"
   grep -E '"(Duration|Registers Per Thread|Achieved Active Warps Per SM|Warp Cycles Per Issued Instruction|Issued Warp Per Scheduler|DRAM Throughput|L2 Hit Rate|L1/TEX Hit Rate)"' \
-    "$out/mixed-$tag-$load.csv" | awk -F'","' '{print substr($1, 2) " " $13 " " $15 " " $14}'
+    "$out/mixed-$tag-$load.csv" | awk -F'","' '{v = $15; sub(/".*/, "", v); print substr($1, 2) " " $13 " " v " " $14}' | sed 's/ *$//'
 done
