@@ -12,8 +12,9 @@
 # call runs its first three passes in the clStash kernel, then split_kernel twice a pass. Each launch is
 # checked by its duration in the output (an idle launch takes a few us).
 #
-# Per kernel: $OUT/mixed-<kernel>.csv (the sections) and $OUT/mixed-<kernel>-sass.csv (each SASS
-# instruction's warp-stall samples). Usage: LOAD=0.9 [BENCH=table_bench_gpu.base] bench/device/ncu_mixed.sh
+# Per profile (lookup_hit, stash_overwrite, split: both split kernels): $OUT/mixed-<profile>-<load>.csv (the
+# sections) and $OUT/mixed-<profile>-<load>-sass.csv (each SASS instruction's warp-stall samples, one block a
+# kernel: bench/ncu_sass.py reads them). Usage: LOAD=0.9 [BENCH=table_bench_gpu.base] bench/device/ncu_mixed.sh
 set -uo pipefail
 source "$(dirname "$0")/bundle_env.sh"
 load=${LOAD:-0.9}
@@ -31,6 +32,9 @@ for spec in "lookup_hit lookup_kernel 10 1" "stash_overwrite stash_kernel 74 1" 
   "$ncu" --import "$rep.ncu-rep" --page details --csv >"$out/mixed-$tag-$load.csv" 2>&1
   "$ncu" --import "$rep.ncu-rep" --page source --print-source sass --csv >"$out/mixed-$tag-$load-sass.csv" 2>&1
   echo "# $tag ($kernel, launches $skip + $count)"
-  grep -E '"(Duration|Registers Per Thread|Achieved Active Warps Per SM|Warp Cycles Per Issued Instruction|Issued Warp Per Scheduler|DRAM Throughput|L2 Hit Rate|L1/TEX Hit Rate)"' \
-    "$out/mixed-$tag-$load.csv" | awk -F'","' '{v = $15; sub(/".*/, "", v); print substr($1, 2) " " $13 " " v " " $14}' | sed 's/ *$//'
+  shown='Duration|Registers Per Thread|Achieved Active Warps Per SM|Warp Cycles Per Issued Instruction'
+  shown+='|Issued Warp Per Scheduler|DRAM Throughput|L2 Hit Rate|L1/TEX Hit Rate'
+  # The section CSV's row: ID, ..., metric name (13th field), unit, value, then the rest of the row.
+  grep -E "\"($shown)\"" "$out/mixed-$tag-$load.csv" |
+    awk -F'","' '{v = $15; sub(/".*/, "", v); print substr($1, 2) " " $13 " " v " " $14}' | sed 's/ *$//'
 done

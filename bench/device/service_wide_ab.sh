@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine from the repository root: two gpukv-server builds at the server's default
 # widths (16-byte keys, 128-byte values: a board whose values CopyValues copies), alternating for ROUNDS rounds
-# (default 2), under loads that write as well as read: BatchPut of new keys (text keys drawn from 10^12, a seed each) in calls of 10000 and 1000, then
-# BatchGet of 10000 and a 50/45/5 mix of 1000 a call over the keys written, from four gpukv-load processes.
+# (default 2), under loads that write as well as read, from four gpukv-load processes: BatchPut of new keys
+# (text keys drawn from 10^12, a seed each) in calls of 10000 and of 1000, then over 8M keys BatchPut of 10000,
+# BatchGet of 10000 and a 50/45/5 mix of 1000 a call.
 # After each load, the batch metrics (the table's execution time per batch is what the builds change; the
 # calls' rates follow staging and queueing as much). A variant is "name=binary", relative to the bundle's bin/:
 #   bash bench/device/service_wide_ab.sh "before=gpukv-server.base" "after=gpukv-server"
