@@ -327,14 +327,13 @@ class PassRunner {
     fresh_groups_ = false;
     // Grouping entries at or past dirty_bound_ are zero; BeginPass works out how many below it are not.
     // Grouping in bins does StartPass's work in its first kernel, a launch less a pass (writes 1.01-1.04x on
-    // an H100, run 210). A pass is grouped in bins only where the last finished pass wrote (group_bins), a
-    // call's first passes on the word of the call before, and these do StartPass's work in bins too: a call
-    // of one pass, as a long mixed workload's are, saves StartPass's 33 us of its 740 (mixed batches in a
-    // steady state 1.03-1.06x, deletes after a mixed batch 1.02-1.04x; H100, run 349). The cost falls on a
-    // call without writes after one with: its first two passes scatter their ops, where StartPass's count
-    // would have let grouping return at once (finds 0.99x where every call's first passes did so, run 210).
-    const bool bins_start_pass = bin_bits != 0;
-    if (!bins_start_pass) {
+    // an H100, run 210), in every pass it groups. A pass is grouped in bins only where the last finished pass
+    // wrote (group_bins), a call's first passes on the word of the call before: a call of one pass, as a long
+    // mixed workload's are, saves StartPass's 33 us of its 740 (mixed batches in a steady state 1.03-1.06x,
+    // deletes after a mixed batch 1.02-1.04x; H100, run 349). The cost falls on a call without writes after
+    // one with: its first two passes scatter their ops, where StartPass's count would have let grouping return
+    // at once (finds 0.99x where every call's first passes did so, run 210).
+    if (bin_bits == 0) {
       const std::uint64_t start_items = StartPass::items_for(n, dirty_bound_);
       exec_.for_each(start_items, StartPass{batch, scratch.groups, counters_, start_items, optimistic});
     }
@@ -342,7 +341,7 @@ class PassRunner {
     // An optimistic pass has StartPass alone before its probing step: it clears what the pass before left in
     // the grouping table, and counts the writes that tell the optimistic kernel whether every op is a PUT.
     if (bin_bits != 0) {
-      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits, bins_start_pass);
+      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits, /*starts_pass=*/true);
     } else if (!optimistic) {
       if (groups_by_bucket(entries)) {
         exec_.for_each(n, GroupOp<Ref, true>{engine});
