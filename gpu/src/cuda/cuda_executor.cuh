@@ -200,17 +200,17 @@ class CudaExecutor {
 
   // Grouping in bins (detail/batch_groups.hpp, group_bins_kernel.cuh): every op's bin key appended to its
   // bin's run, a block per bin that groups the run in shared memory, and the ops of any bin whose run
-  // overflowed grouped apart. The runs (50 MB) are reserved beforehand (reserve_bins).
-  // `starts_pass`: the first kernel does StartPass's work too (PassRunner launched none).
+  // overflowed grouped apart. The runs (50 MB) are reserved beforehand (reserve_bins). The first kernel does
+  // StartPass's work too: PassRunner launches no StartPass for a pass grouped in bins.
   template <class Ref>
-  void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits, bool starts_pass) {
+  void group_in_bins(const Engine<Ref>& e, std::uint64_t n, int bin_bits) {
     reserve_bins<Ref>();
     const BinRuns runs{bin_runs_.as<std::uint64_t>(), bin_lengths_.as<std::uint32_t>(), bin_bits};
     const std::uint64_t tiles = (n + kScatterTile - 1) / kScatterTile;
     const auto scatter = [&]<bool kStaged, int kShared>() {
       constexpr auto kKernel = bin_scatter_kernel<Ref, kStaged>;
       const int grid = static_cast<int>(std::min<std::uint64_t>(tiles, resident_blocks<kKernel, kScatterThreads, kShared>(sm_count_)));
-      launch_blocks(kKernel, grid, kScatterThreads, kShared, n, e, runs, starts_pass, counters_);
+      launch_blocks(kKernel, grid, kScatterThreads, kShared, n, e, runs, counters_);
     };
     clock_.begin(stream_, "BinScatter");
     // One-word keys whose columns start 16-byte aligned have them staged in shared memory (StagedColumns).

@@ -5,9 +5,9 @@
 //   bin_scatter_kernel  every op: validate it, hash its key, and append its bin key to its bin's run (a
 //                       block counts a tile's ops per bin in shared memory, then reserves each bin's share of
 //                       the run with one atomic; a tile's columns of 8-byte keys are copied into shared memory
-//                       while the tile before is stored); and, where PassRunner asks (`starts_pass`), StartPass's
-//                       work, for which the pass then launches no kernel: clear the grouping entries the last
-//                       pass marked, count the pass's valid writes
+//                       while the tile before is stored); and StartPass's work, for which the pass then
+//                       launches no kernel: clear the grouping entries the last pass marked, count the
+//                       pass's valid writes
 //   group_bins_kernel   every bin, a block each: enter the run's keys in a table of shared memory; an op
 //                       whose key an earlier entry holds joins it, and both ops' groups become that entry
 //   GroupOverflowOp     every op, if a run overflowed: an op of such a bin enters the grouping table as
@@ -110,7 +110,7 @@ __device__ __forceinline__ void stage_tile(StagedColumns& s, const BatchRef& b, 
 // as kStagedBytes of dynamic shared memory; else each thread loads its ops' rows itself.
 template <class Ref, bool kStaged>
 __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::uint64_t n, Engine<Ref> e, BinRuns runs,
-                                                                         bool starts_pass, Counters* counters) {
+                                                                         Counters* counters) {
   static_assert(!kStaged || Ref::key_words == 1, "StagedColumns holds one-word keys");
   using Scan = cub::BlockScan<std::uint32_t, kScatterThreads>;
   extern __shared__ uint4 dynamic_shared[];
@@ -123,20 +123,17 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
   __shared__ std::uint32_t tile_keys;
   static_assert(kScatterThreads >= 1 << kMaxBinBits, "a thread for every bin");
   wait_for_earlier_kernels();
-  if (counters->halted != 0 || (!starts_pass && read_only(e.pass))) return;
-  if (starts_pass) {
-    // StartPass's clearing, in whole 16-byte stores (the entries to clear are a power of two, at least 64,
-    // and the table is 16-byte aligned). Kernel boundaries order it before the grouping that marks entries.
-    const std::uint64_t threads = std::uint64_t{gridDim.x} * kScatterThreads;
-    auto* const groups = reinterpret_cast<uint4*>(e.pass.groups);
-    for (std::uint64_t i = std::uint64_t{blockIdx.x} * kScatterThreads + threadIdx.x;
-         i < counters->dirty_groups / 4; i += threads) {
-      groups[i] = make_uint4(0, 0, 0, 0);
-    }
+  if (counters->halted != 0) return;
+  // StartPass's clearing, in whole 16-byte stores (the entries to clear are a power of two, at least 64, and
+  // the table is 16-byte aligned). Kernel boundaries order it before the grouping that marks entries.
+  auto* const groups = reinterpret_cast<uint4*>(e.pass.groups);
+  for (std::uint64_t i = std::uint64_t{blockIdx.x} * kScatterThreads + threadIdx.x; i < counters->dirty_groups / 4;
+       i += std::uint64_t{gridDim.x} * kScatterThreads) {
+    groups[i] = make_uint4(0, 0, 0, 0);
   }
-  // StartPass's counts (write_counts), added to the counters where this kernel does StartPass's work (the
-  // steps after it read them: read_only, the lane schedule, a delete's settling). A 32-bit word rather than a
-  // Tally's counts, which would take the kernel past 64 registers; a thread counts at most 2^22 / 512 ops.
+  // StartPass's counts (write_counts), added to the counters at the end (the steps after this kernel read
+  // them: read_only, the lane schedule, a delete's settling). A 32-bit word rather than a Tally's counts,
+  // which would take the kernel past 64 registers; a thread counts at most 2^22 / 512 ops.
   std::uint32_t counts = 0;
   const std::uint32_t bins = std::uint32_t{1} << runs.bin_bits;
   const std::uint32_t bin_of_thread = threadIdx.x;  // past the last bin: none
@@ -222,11 +219,9 @@ __global__ void __launch_bounds__(kScatterThreads, 2) bin_scatter_kernel(std::ui
     }
     __syncthreads();  // tile_count and staged are reused by the next tile
   }
-  if (starts_pass) {
-    Tally tally;
-    add_write_counts(counts, tally);
-    flush_tally(tally, counters);
-  }
+  Tally tally;
+  add_write_counts(counts, tally);
+  flush_tally(tally, counters);
 }
 
 // A table entry: the tag's bits above those that pick its home bucket, then 1 + the key's index in its run

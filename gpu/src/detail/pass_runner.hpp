@@ -7,8 +7,8 @@
 //   execute(n, f, policy)   for_each for ExecuteOp; the GPU picks its lane schedule by LanePolicy
 //   zero(p, bytes)          clear scratch
 //   sort(keys, n, bits)     sort 64-bit keys ascending by their low `bits` bits (the rest are zero)
-//   group_in_bins(e, n, b, s) the GPU only (Exec::kGroupsInBins): group a pass's ops in 2^b bins
-//                           (batch_groups.hpp), as GroupOp would; if s, do StartPass's work first
+//   group_in_bins(e, n, b)  the GPU only (Exec::kGroupsInBins): group a pass's ops in 2^b bins
+//                           (batch_groups.hpp), as GroupOp would, and do StartPass's work first
 //   read_counters()         wait for all submitted work, return the counters
 //   write_counters(c)       set the counters (ordered after submitted work)
 //   snapshot_counters(s)    copy the counters, once the work submitted so far is done, into readback slot s
@@ -341,7 +341,7 @@ class PassRunner {
     // An optimistic pass has StartPass alone before its probing step: it clears what the pass before left in
     // the grouping table, and counts the writes that tell the optimistic kernel whether every op is a PUT.
     if (bin_bits != 0) {
-      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits, /*starts_pass=*/true);
+      if constexpr (Exec::kGroupsInBins) exec_.group_in_bins(engine, n, bin_bits);
     } else if (!optimistic) {
       if (groups_by_bucket(entries)) {
         exec_.for_each(n, GroupOp<Ref, true>{engine});
