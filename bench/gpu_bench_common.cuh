@@ -76,11 +76,27 @@ __host__ __device__ inline std::uint64_t spread_index(std::uint64_t i, std::uint
 
 // The mixed batch: op i works on key i of the inserted set (or, where `spread_over` is not 0, key
 // spread_index(i, spread_over) of it), except the 5% of PUTs of new keys, which take key i of the miss set. So
-// every key appears once and the batch holds no same-key conflicts.
+// every key appears once and the batch holds no same-key conflicts. Kinds are scrambled over the batch; where
+// `kind_runs` is not 0, they are sorted instead within each run of that many ops (a diagnostic: a pass whose
+// ops come grouped by kind, in the same shares), or with `by_class`, only the ops a mixed pass's two split
+// kernels run (GETs and deletes, then PUTs), each class's kinds scrambled within it.
+__host__ __device__ inline std::uint32_t mixed_share(std::uint64_t i, std::uint64_t kind_runs, bool by_class) {
+  const auto scrambled = [i](std::uint32_t of) { return static_cast<std::uint32_t>(dscramble(i ^ 0xABCDEF) % of); };
+  if (kind_runs == 0) return scrambled(100);
+  const auto sorted = static_cast<std::uint32_t>(i % kind_runs * 100 / kind_runs);
+  if (!by_class) return sorted;
+  if (sorted < 55) {
+    const std::uint32_t s = scrambled(55);  // GETs 0..49, deletes 95..99
+    return s < 50 ? s : 45 + s;
+  }
+  const std::uint32_t s = scrambled(45);  // overwrites 50..89, new keys 90..94
+  return 50 + s;
+}
 __global__ void make_mixed(std::uint8_t* ops, std::uint8_t* keys, const std::uint8_t* hit_keys,
-                           const std::uint8_t* miss_keys, std::uint64_t n, std::uint32_t kw, std::uint64_t spread_over = 0) {
+                           const std::uint8_t* miss_keys, std::uint64_t n, std::uint32_t kw, std::uint64_t spread_over = 0,
+                           std::uint64_t kind_runs = 0, bool by_class = false) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n; i += std::uint64_t{gridDim.x} * blockDim.x) {
-    const std::uint32_t r = static_cast<std::uint32_t>(dscramble(i ^ 0xABCDEF) % 100);
+    const std::uint32_t r = mixed_share(i, kind_runs, by_class);
     const bool new_key = r >= 90 && r < 95;
     ops[i] = r < 50 ? 0 : r < 95 ? 1 : 3;  // GET, PUT, DELETE
     const std::uint64_t k = new_key || spread_over == 0 ? i : spread_index(i, spread_over);

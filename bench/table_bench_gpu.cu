@@ -14,6 +14,9 @@
 //                                           half inserted, as measured before 2026-11-27)
 //                   --slot_word=1          (--parts=table: a table with slot words, TableConfig::slot_word;
 //                                           every write carries one, every GET answers one)
+//                   --mixed_order=by_kind  (the mixed batch's kinds sorted within each pass of max_batch ops,
+//                                           a diagnostic; by_class: GETs and deletes first, then PUTs, each
+//                                           class's kinds scrambled; scrambled by default)
 //
 // Prints one line per measurement: "RESULT <workload> <fields...>" (see print_result).
 #include <cuda_runtime.h>
@@ -44,6 +47,7 @@ struct TableRun {
   // load the keys inserted first sit nearer their home units than the keys of the pure batches, all of them.
   bool spread_mixed = true;
   bool slot_word = false;  // TableConfig::slot_word, every write carrying a word and every GET answering one
+  std::string mixed_order = "scrambled";  // or by_kind, by_class: sorted within each pass (make_mixed)
 };
 
 // Copies keys spread_index(first + i, count) of `from` (count keys of kw bytes) to `to`, for i < n.
@@ -150,7 +154,8 @@ void bench_table(const TableRun& r) {
     // Mixed: 50% GET, 40% PUT overwrite, 5% PUT new, 5% DELETE, over half of the inserted keys (spread over
     // the fill unless r.spread_mixed is off: the first half).
     make_mixed<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, hit_keys.p, miss_keys.p, mixed_n, r.kw,
-                                  r.spread_mixed ? fill : 0);
+                                  r.spread_mixed ? fill : 0, r.mixed_order != "scrambled" ? r.max_batch : 0,
+                                  r.mixed_order == "by_class");
     best_mixed = std::min(best_mixed, timed(table, mixed_n, OpStatus::kOk, "mixed"));
 
     // Delete: keys of the half the mixed batch left alone, as many as would leave a clean-up out.
@@ -177,8 +182,9 @@ void bench_table(const TableRun& r) {
   const double pure_ms = static_cast<double>(mixed_n) * (0.50 * best_hit / fill + 0.40 * best_overwrite / fill +
                                                          0.05 * best_insert / fill + 0.05 * best_delete / delete_n);
   const double avg_rate = 0.5 * (fill / best_insert + fill / best_hit);
-  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f mixed_keys=%s",
-                pure_ms / best_mixed, (mixed_n / best_mixed) / avg_rate, r.spread_mixed ? "spread" : "first");
+  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f mixed_keys=%s%s%s",
+                pure_ms / best_mixed, (mixed_n / best_mixed) / avg_rate, r.spread_mixed ? "spread" : "first",
+                r.mixed_order != "scrambled" ? " mixed_order=" : "", r.mixed_order != "scrambled" ? r.mixed_order.c_str() : "");
   print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
 }
 
@@ -514,6 +520,11 @@ int main(int argc, char** argv) {
   const std::uint64_t n = flags.u64("n", std::uint64_t{1} << 27);
   const int repeats = static_cast<int>(flags.u64("repeats", 3));
   const std::string parts = flags.str("parts", "hw,lp,table");  // also: switch, churn, steady
+  const std::string mixed_order = flags.str("mixed_order", "scrambled");
+  if (mixed_order != "scrambled" && mixed_order != "by_kind" && mixed_order != "by_class") {
+    std::fprintf(stderr, "--mixed_order must be scrambled, by_kind or by_class, not %s\n", mixed_order.c_str());
+    return 2;
+  }
   if (parts.find("hw") != std::string::npos) bench_hardware();
   if (parts.find("lp") != std::string::npos) bench_linear_probing(flags.u64("lp_n", n), loads, repeats);
   if (parts.find("switch") != std::string::npos) {
@@ -554,7 +565,8 @@ int main(int argc, char** argv) {
             TableRun r{static_cast<std::uint32_t>(flags.u64("kw", 8)), static_cast<std::uint32_t>(flags.u64("vw", 8)),
                        static_cast<std::uint32_t>(tickets), parse_probing(flags.str("probing", "group")),
                        parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(max_batch), load, n, repeats,
-                       layout, flags.str("mixed_keys", "spread") != "first", flags.u64("slot_word", 0) != 0};
+                       layout, flags.str("mixed_keys", "spread") != "first", flags.u64("slot_word", 0) != 0,
+                       mixed_order};
             bench_table(r);
           }
         }
