@@ -150,8 +150,9 @@ struct BatchIn {
 
 // Per-operation results, same order as the batch. A GET with kOk wrote its value at
 // values[i*value_stride] (zeros after it up to the next 8-byte boundary; the rest of the stride is
-// untouched) and its length at value_lens[i]. values/value_lens
-// may be null if the caller does not want GET values.
+// untouched) and its length at value_lens[i]. The other ops' entries there are unspecified (a large mixed
+// pass writes zeros over them on the GPU). values/value_lens may be null if the caller does not want GET
+// values.
 struct BatchOut {
   std::uint8_t* status = nullptr;  // OpStatus codes
   std::uint8_t* values = nullptr;

@@ -159,8 +159,8 @@ __global__ void __launch_bounds__(kBlockThreads, kWalk == Walk::kLineFromL2 ? GP
 // every op of a turn, 32 in a row, so that each 32-byte sector of those columns is first written whole: a
 // sector first written in part is read from DRAM to fill it. H100, run 357, a pass of 4M scrambled ops at
 // load 0.5: the kernel read 357 MB where it read 395 and wrote 83 where it wrote 71, 198 us where it took
-// 214. A value of two words is left alone: a GET's answer leaves its stride past its 8-byte boundary
-// untouched (BatchOut).
+// 214; mixed batches 1.030 / 1.015 / 1.007 / 1.000x at loads 0.5 / 0.8 / 0.9 / 0.95 (run 358). A value of two
+// words is left alone: a GET's answer leaves its stride past its 8-byte boundary untouched (BatchOut).
 __device__ __forceinline__ void clear_answer(const BatchRef& b, std::uint64_t op) {
   if (b.out_values != nullptr && b.value_stride == 8) *b.out_value_words(op) = 0;
   if (b.out_value_lens != nullptr) b.out_value_lens[op] = 0;
