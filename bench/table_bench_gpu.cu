@@ -182,9 +182,10 @@ void bench_table(const TableRun& r) {
   const double pure_ms = static_cast<double>(mixed_n) * (0.50 * best_hit / fill + 0.40 * best_overwrite / fill +
                                                          0.05 * best_insert / fill + 0.05 * best_delete / delete_n);
   const double avg_rate = 0.5 * (fill / best_insert + fill / best_hit);
-  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f mixed_keys=%s%s%s",
+  const std::string order = r.mixed_order == "scrambled" ? "" : " mixed_order=" + r.mixed_order;
+  std::snprintf(extra, sizeof extra, "efficiency_vs_pure=%.2f efficiency_vs_avg_insert_find=%.2f mixed_keys=%s%s",
                 pure_ms / best_mixed, (mixed_n / best_mixed) / avg_rate, r.spread_mixed ? "spread" : "first",
-                r.mixed_order != "scrambled" ? " mixed_order=" : "", r.mixed_order != "scrambled" ? r.mixed_order.c_str() : "");
+                order.c_str());
   print_result("mixed", name, r.load, mixed_n, best_mixed, extra);
 }
 
