@@ -505,6 +505,57 @@ TEST_P(TableEdgeTest, PassesAfterAMixedOneRunSplitWhateverTheirMix) {
   model.check_contents(table);
 }
 
+// Under the hybrid lane schedule, a call's first two passes are queued before any pass of the call has
+// finished, so their mix is not known. Where the pass before them was not mixed, the GPU launches the split
+// kernels beside the lane schedule for them (LanePolicy::mix_unknown), and the device runs each pass in
+// whichever its mix picks. Promise: a mixed call of two such passes, after a call of new keys (a line's
+// inserts), of GETs or of deletes, answers every op as the model says, ops of one key in batch order, and the
+// table holds exactly the model's keys.
+TEST_P(TableEdgeTest, ACallsFirstPassesRunAsTheirMixPicksAfterAPureCall) {
+  if (GetParam() == BackendKind::kCpu) GTEST_SKIP() << "SKIPPED on the CPU backend: only the GPU splits a pass by kind";
+  constexpr std::uint32_t kPassOps = (std::uint32_t{1} << 21) + 1000;  // past CudaExecutor's kSplitMinOps
+  TableConfig c = config(8, 8, std::uint64_t{8} << 20);
+  c.max_batch = kPassOps;
+  Table table(c);
+  Model model(table.stats().device.max_items);
+  Generator gen(23, 8, 8);
+  const auto keys = gen.unique_keys(std::size_t{4} << 20);
+  std::size_t written = 0;  // keys[0, written) have been written
+  std::mt19937_64 rng(7);
+  // `n` ops: new keys, GETs or deletes of written keys, or 50/45/5 GETs, PUTs and deletes of them.
+  enum class Call { kNewKeys, kGets, kDeletes, kMixed };
+  const auto call = [&](Call kind, std::size_t n) {
+    std::vector<Op> ops;
+    ops.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (kind == Call::kNewKeys) {
+        ops.push_back(put(keys.at(written++), gen.value()));
+        continue;
+      }
+      const std::string& k = keys[rng() % written];
+      const std::uint64_t share = rng() % 100;
+      if (kind == Call::kGets || (kind == Call::kMixed && share < 50)) {
+        ops.push_back(get(k));
+      } else if (kind == Call::kMixed && share < 95) {
+        ops.push_back(put(k, gen.value()));
+      } else {
+        ops.push_back(del(k));
+      }
+    }
+    return ops;
+  };
+  model.run(table, call(Call::kNewKeys, std::size_t{3} << 20));
+  ASSERT_FALSE(HasFatalFailure());
+  for (const Call before : {Call::kNewKeys, Call::kGets, Call::kDeletes}) {
+    SCOPED_TRACE("a mixed call after a call of kind " + std::to_string(static_cast<int>(before)));
+    model.run(table, call(before, 100000));
+    ASSERT_FALSE(HasFatalFailure());
+    model.run(table, call(Call::kMixed, 2 * std::size_t{kPassOps}));
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  model.check_contents(table);
+}
+
 // A table whose every slot has held a key has no EMPTY ticket left, only tombstones, until a clean-up runs
 // (held here). On the GPU a mixed pass split by kind (LanePolicy::split, every mixed pass under kSplit) runs
 // its PUTs in a kernel of their own, where new keys then claim tombstones (through BUSY) while overwrites

@@ -96,10 +96,19 @@ class CudaExecutor {
         launch_probing<optimistic_kernel<Ref>>("ExecuteOp.optimistic", n, f, policy, needed);
         return;
       }
+    }
+    // Under kAuto, only a pass of more than kSplitMinOps ops whose values the probing step copies (below, and
+    // where CopyValues copies wide values, clStash measured better).
+    policy.kinds_apart = policy.kinds_apart &&
+                         (policy.mode == LaneMode::kSplit || (n > kSplitMinOps && !f.e.pass.copy_later));
+    if constexpr (kWalk == Walk::kLine) {
       // Under kAuto, a line's pass after one of inserts runs in Stash lanes, whatever it turns out to hold: the
       // clStash kernel, which would return at once in a pass of inserts, is not launched. A mixed pass then
-      // runs in the Stash kernel once; the pass after it expects its mix.
-      if (f.e.pass.inserts_expected && policy.mode == LaneMode::kAuto) policy.mode = LaneMode::kStash;
+      // runs in the Stash kernel once (or split, where the split kernels are launched for a call's first
+      // passes: LanePolicy::mix_unknown); the pass after it expects its mix.
+      if (f.e.pass.inserts_expected && policy.mode == LaneMode::kAuto && !policy.kinds_apart) {
+        policy.mode = LaneMode::kStash;
+      }
     }
     // The lookup kernel pays for its launch only in a pass with more ops than the Stash kernel holds at once:
     // in a smaller one (the service's batches) more resident blocks change nothing. But in a table whose
@@ -107,10 +116,6 @@ class CudaExecutor {
     const std::uint64_t stash_grid = static_cast<std::uint64_t>(resident_blocks<stash_kernel<Ref, kWalk>>(sm_count_));
     const bool words = answers_words_in_lookups(f.e.table);
     policy.lookups = policy.lookups && policy.mode != LaneMode::kClStash && (needed > stash_grid || words);
-    // Under kAuto, only a pass of more than kSplitMinOps ops whose values the probing step copies (below, and
-    // where CopyValues copies wide values, clStash measured better).
-    policy.kinds_apart = policy.kinds_apart &&
-                         (policy.mode == LaneMode::kSplit || (n > kSplitMinOps && !f.e.pass.copy_later));
     if (policy.lookups) {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks). A line's lookups that are
       // expected to hit fetch their first line whole: a hit's slot may lie in its other 64-byte half, which
@@ -138,7 +143,7 @@ class CudaExecutor {
     if (policy.mode != LaneMode::kClStash && !split_only) {
       launch_probing<stash_kernel<Ref, kWalk>>("ExecuteOp.stash", n, f, policy, needed);
     }
-    if ((policy.mode == LaneMode::kAuto || policy.mode == LaneMode::kClStash) && !split_only) {
+    if (policy.may_collaborate() && !split_only) {
       launch_probing<clstash_kernel<Ref, kWalk>>("ExecuteOp.clstash", n, f, policy, needed);
     }
     // A mixed pass split by kind (LanePolicy::kinds_apart). A line's PUTs compare from L2, and so publish their

@@ -78,8 +78,9 @@ GPUKV_HD_INLINE bool mixes_reads_and_writes(std::uint64_t writes, std::uint64_t 
 // down to 0.92x).
 //
 // A mixed pass splits its ops by kind instead (`split`), where the host launched the kernels for it
-// (`kinds_apart`; under kAuto: after a mixed pass, a pass of more than 2M ops whose values the probing step
-// copies, CudaExecutor's kSplitMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
+// (`kinds_apart`; under kAuto: after a mixed pass, or where no pass of the call has finished yet
+// (`mix_unknown`), a pass of more than 2M ops whose values the probing step copies, CudaExecutor's
+// kSplitMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
 // deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them (in a line, each
 // line fetched whole: Walk::kLineFetched); then its PUTs, in a Stash kernel that in a line compares from L2 and
 // so publishes their new keys in the pass (Walk::kLineFromL2NoFetch for one-word keys). Each kernel packs its
@@ -99,6 +100,13 @@ struct LanePolicy {
   // kernel is launched for it (CudaExecutor). The two kernels run any mix correctly (see above); a pass that
   // is not mixed after all pays only the packing of its warps.
   bool split_any_mix = false;
+  // Under kAuto: the pass's mix is not known from a pass of its own call (a call's first two passes are queued
+  // before either has finished), and the last finished pass was not mixed. The split kernels are launched
+  // beside the lane schedule, and the device runs the pass in whichever its mix picks: a mixed call after a
+  // pure one ran its first two passes in the clStash kernel, 0.81 ms a pass at load 0.9 where split ones
+  // took 0.60 (H100, run 351). Such a pass does not run split whatever its mix: a pure pass runs where it
+  // would have, and the split kernels return at once.
+  bool mix_unknown = false;
   // Every kernel of the step must get the same answer: from the pass's mix (StartPass) and the live keys as
   // the pass began. `items` itself grows while the Stash kernel inserts, and a pass that carried it past
   // items_from ran its ops in the clStash kernel too (TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce).
@@ -108,7 +116,14 @@ struct LanePolicy {
   }
   // The pass runs split by kind whatever its mix (split_any_mix, and launched for it): neither lane schedule
   // need be launched for it.
-  GPUKV_HD_INLINE bool splits_any_mix() const { return kinds_apart && mode == LaneMode::kAuto && split_any_mix; }
+  GPUKV_HD_INLINE bool splits_any_mix() const {
+    return kinds_apart && mode == LaneMode::kAuto && split_any_mix && !mix_unknown;
+  }
+  // The clStash kernel may run the pass: under kAuto, not where the split kernels are launched and no load of
+  // the table reaches items_from (collaborative() is then false whatever the counters say).
+  GPUKV_HD_INLINE bool may_collaborate() const {
+    return mode == LaneMode::kClStash || (mode == LaneMode::kAuto && !(kinds_apart && split_any_mix));
+  }
   // The pass runs split by kind: mixed and launched for it (under kAuto, below the load that switches to
   // clStash), or splits_any_mix.
   GPUKV_HD_INLINE bool split(const Counters& c) const {
@@ -197,6 +212,7 @@ class PassRunner {
     }
     unfinished_ = true;
     unsnapped_ = -1;
+    mix_from_call_ = false;
     if (scratch.groups != groups_seen_) {
       // A new grouping table is all zero (the backends zero it when they allocate it). The first pass of a
       // call is never halted (the last call finished every pass), so its BeginPass sees this.
@@ -349,10 +365,11 @@ class PassRunner {
         exec_.for_each(n, GroupOp<Ref, false>{engine});
       }
     }
+    const bool mix_unknown = lanes_ == LaneMode::kAuto && !mixed_expected_ && !mix_from_call_;
     exec_.execute(n, ExecuteOp<Ref>{engine},
                   LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_,
-                             lanes_ == LaneMode::kSplit || (lanes_ == LaneMode::kAuto && mixed_expected_),
-                             clstash_items_ > capacity_});
+                             lanes_ == LaneMode::kSplit || (lanes_ == LaneMode::kAuto && mixed_expected_) || mix_unknown,
+                             clstash_items_ > capacity_, mix_unknown});
     if (ahead) {
       if (copy_lanes_ != 0) {
         exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_, counters_, true});
@@ -400,6 +417,7 @@ class PassRunner {
     lookups_expected_ = known_.writes == 0;
     writes_expected_ = known_.writes != 0;
     mixed_expected_ = mixes_reads_and_writes(known_.writes, n);
+    mix_from_call_ = true;
     if (known_.writes == 0) lookups_miss_ = 2 * known_.found < n;
     const std::uint64_t deferred = known_.conflicts;
     const std::uint64_t host_ops = known_.host_queued;
@@ -607,6 +625,7 @@ class PassRunner {
   bool lookups_miss_ = false;                   // LanePolicy::lookups_miss
   bool writes_expected_ = true;                 // the last finished pass wrote (group_bins), or none has run
   bool mixed_expected_ = false;                 // the last finished pass was mixed (LanePolicy::kinds_apart)
+  bool mix_from_call_ = false;                  // that pass is of the call under way (LanePolicy::mix_unknown)
   unsigned long long live_before_ = 0;          // items + host_items after the pass before it
   int slot_ = 0;                                // the readback slot of the last pass queued
   int unsnapped_ = -1;  // the slot of a queued pass whose counters no step has been asked to copy yet, or -1
