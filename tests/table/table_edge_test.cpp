@@ -4,6 +4,8 @@
 // settings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
@@ -508,52 +510,65 @@ TEST_P(TableEdgeTest, PassesAfterAMixedOneRunSplitWhateverTheirMix) {
 // Under the hybrid lane schedule, a call's first two passes are queued before any pass of the call has
 // finished, so their mix is not known. Where the pass before them was not mixed, the GPU launches the split
 // kernels beside the lane schedule for them (LanePolicy::mix_unknown), and the device runs each pass in
-// whichever its mix picks. Promise: a mixed call of two such passes, after a call of new keys (a line's
-// inserts), of GETs or of deletes, answers every op as the model says, ops of one key in batch order, and the
-// table holds exactly the model's keys.
+// whichever its mix picks: split where it is mixed, else where a pure pass runs (the lookup, Stash or inserts
+// kernel). Each call here is two passes of more than 2^21 ops (CudaExecutor's kSplitMinOps) on keys of its own,
+// so that no op is deferred and the second pass is not halted, and so runs with its mix unknown too: pure GETs
+// and pure deletes after a pure call, and mixed calls after a call of GETs, of deletes and of new keys (a
+// line's inserts, tried optimistically first under OptimisticInserts::kAuto, at once under kOff). Promise: every
+// op answers as the model says, and the table holds exactly the model's keys.
 TEST_P(TableEdgeTest, ACallsFirstPassesRunAsTheirMixPicksAfterAPureCall) {
   if (GetParam() == BackendKind::kCpu) GTEST_SKIP() << "SKIPPED on the CPU backend: only the GPU splits a pass by kind";
-  constexpr std::uint32_t kPassOps = (std::uint32_t{1} << 21) + 1000;  // past CudaExecutor's kSplitMinOps
-  TableConfig c = config(8, 8, std::uint64_t{8} << 20);
-  c.max_batch = kPassOps;
-  Table table(c);
-  Model model(table.stats().device.max_items);
-  Generator gen(23, 8, 8);
-  const auto keys = gen.unique_keys(std::size_t{4} << 20);
-  std::size_t written = 0;  // keys[0, written) have been written
-  std::mt19937_64 rng(7);
-  // `n` ops: new keys, GETs or deletes of written keys, or 50/45/5 GETs, PUTs and deletes of them.
-  enum class Call { kNewKeys, kGets, kDeletes, kMixed };
-  const auto call = [&](Call kind, std::size_t n) {
-    std::vector<Op> ops;
-    ops.reserve(n);
-    for (std::size_t i = 0; i < n; ++i) {
-      if (kind == Call::kNewKeys) {
-        ops.push_back(put(keys.at(written++), gen.value()));
-        continue;
-      }
-      const std::string& k = keys[rng() % written];
-      const std::uint64_t share = rng() % 100;
-      if (kind == Call::kGets || (kind == Call::kMixed && share < 50)) {
-        ops.push_back(get(k));
-      } else if (kind == Call::kMixed && share < 95) {
-        ops.push_back(put(k, gen.value()));
+  constexpr std::uint32_t kPassOps = (std::uint32_t{1} << 21) + 1000;
+  constexpr std::size_t kCallOps = 2 * std::size_t{kPassOps};
+  constexpr std::size_t kFill = std::size_t{3} << 20, kNewKeys = 100000;
+  enum class Call { kFill, kNewKeys, kGets, kDeletes, kMixed };
+  const auto run_calls = [&](OptimisticInserts optimistic, std::initializer_list<Call> calls) {
+    TableConfig c = config(8, 8, std::uint64_t{8} << 20);
+    c.max_batch = kPassOps;
+    c.optimistic_inserts = optimistic;
+    Table table(c);
+    Model model(table.stats().device.max_items);
+    Generator gen(23, 8, 8);
+    // keys[0, kFill) are written first; the kNewKeys after them only by the call of new keys; the calls of
+    // random ops take theirs, each key once, from the rest.
+    const auto keys = gen.unique_keys(kFill + kNewKeys + kCallOps / 2);
+    std::vector<std::size_t> random_keys(keys.size() - kNewKeys);
+    for (std::size_t i = 0; i < random_keys.size(); ++i) random_keys[i] = i < kFill ? i : i + kNewKeys;
+    std::mt19937_64 rng(7);
+    for (const Call call : calls) {
+      SCOPED_TRACE("call " + std::to_string(static_cast<int>(call)) + " (0 fill, 1 new keys, 2 GETs, 3 deletes, 4 mixed)");
+      std::vector<Op> ops;
+      if (call == Call::kFill || call == Call::kNewKeys) {
+        const std::size_t first = call == Call::kFill ? 0 : kFill, n = call == Call::kFill ? kFill : kNewKeys;
+        for (std::size_t i = first; i < first + n; ++i) ops.push_back(put(keys[i], gen.value()));
       } else {
-        ops.push_back(del(k));
+        std::shuffle(random_keys.begin(), random_keys.end(), rng);
+        for (std::size_t i = 0; i < kCallOps; ++i) {
+          const std::string& k = keys[random_keys[i]];
+          const std::uint64_t share = rng() % 100;
+          if (call == Call::kGets || (call == Call::kMixed && share < 50)) {
+            ops.push_back(get(k));
+          } else if (call == Call::kMixed && share < 95) {
+            ops.push_back(put(k, gen.value()));
+          } else {
+            ops.push_back(del(k));
+          }
+        }
       }
+      model.run(table, ops);
+      ASSERT_FALSE(HasFatalFailure());
     }
-    return ops;
+    EXPECT_EQ(table.stats().conflict_ops, 0u);  // no op deferred: no call's second pass was halted
+    model.check_contents(table);
   };
-  model.run(table, call(Call::kNewKeys, std::size_t{3} << 20));
-  ASSERT_FALSE(HasFatalFailure());
-  for (const Call before : {Call::kNewKeys, Call::kGets, Call::kDeletes}) {
-    SCOPED_TRACE("a mixed call after a call of kind " + std::to_string(static_cast<int>(before)));
-    model.run(table, call(before, 100000));
-    ASSERT_FALSE(HasFatalFailure());
-    model.run(table, call(Call::kMixed, 2 * std::size_t{kPassOps}));
-    ASSERT_FALSE(HasFatalFailure());
+  {
+    SCOPED_TRACE("optimistic inserts kAuto");
+    run_calls(OptimisticInserts::kAuto, {Call::kFill, Call::kGets, Call::kDeletes, Call::kMixed, Call::kNewKeys,
+                                         Call::kMixed, Call::kGets, Call::kMixed});
   }
-  model.check_contents(table);
+  if (HasFatalFailure()) return;
+  SCOPED_TRACE("optimistic inserts kOff");
+  run_calls(OptimisticInserts::kOff, {Call::kFill, Call::kNewKeys, Call::kMixed});
 }
 
 // A table whose every slot has held a key has no EMPTY ticket left, only tombstones, until a clean-up runs

@@ -65,7 +65,8 @@ inline constexpr std::uint32_t kMinLineSlots = 3;
 // bytes or less) is split by kind, as kSplit splits every mixed pass: its other ops in one Stash kernel, then
 // its PUTs in another (bench/RESULTS.md has the measurements behind this rule). A kLine tier's batches of new
 // keys run Stash whatever the mode (their compares read from L2, in a kernel of their own), and under kAuto so
-// does any pass of a kLine tier that follows a pass of new keys. The CPU backend has no lanes and ignores it.
+// does any pass of a kLine tier that follows a pass of new keys, but for a call's first passes of more than 2M
+// ops, which run split if they turn out mixed. The CPU backend has no lanes and ignores it.
 enum class LaneMode : std::uint8_t { kAuto, kStash, kClStash, kSplit };
 
 // Whether the GPU may run a pass whose ops are all PUTs without grouping them by key first (an optimistic

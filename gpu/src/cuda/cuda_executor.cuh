@@ -104,9 +104,10 @@ class CudaExecutor {
     if constexpr (kWalk == Walk::kLine) {
       // Under kAuto, a line's pass after one of inserts runs in Stash lanes, whatever it turns out to hold: the
       // clStash kernel, which would return at once in a pass of inserts, is not launched. A mixed pass then
-      // runs in the Stash kernel once (or split, where the split kernels are launched for a call's first
-      // passes: LanePolicy::mix_unknown); the pass after it expects its mix.
-      if (f.e.pass.inserts_expected && policy.mode == LaneMode::kAuto && !policy.kinds_apart) {
+      // runs in the Stash kernel once; the pass after it expects its mix. Except where the split kernels are
+      // launched for a pass whose mix is unknown (LanePolicy::mix_unknown, a call's first passes): the policy
+      // then picks on the device, and a mixed pass runs split.
+      if (f.e.pass.inserts_expected && policy.mode == LaneMode::kAuto && !(policy.kinds_apart && policy.mix_unknown)) {
         policy.mode = LaneMode::kStash;
       }
     }
@@ -136,7 +137,7 @@ class CudaExecutor {
         lookups.template operator()<false>();
       }
     }
-    // A pass that runs split whatever its mix (LanePolicy::split_any_mix) launches neither lane schedule: each
+    // A pass that runs split whatever its mix (LanePolicy::splits_any_mix) launches neither lane schedule: each
     // launch, though its kernel returns at once, cost 5 us a pass on the step clock (H100, run 297); mixed
     // batches 1.008-1.009x without them (run 306).
     const bool split_only = policy.splits_any_mix();
@@ -146,10 +147,11 @@ class CudaExecutor {
     if (policy.may_collaborate() && !split_only) {
       launch_probing<clstash_kernel<Ref, kWalk>>("ExecuteOp.clstash", n, f, policy, needed);
     }
-    // A mixed pass split by kind (LanePolicy::kinds_apart). A line's PUTs compare from L2, and so publish their
-    // new keys in the pass: with compares through L1, FinishPass publishing them took 0.74 ms per 17 mixed
-    // passes of a line at load 0.5, of the 0.94 it took for clStash's deletes and new keys, and mixed passes
-    // gained 1.4-3.4% where they gain 2.4-6.8% (H100, run 258).
+    // A mixed pass split by kind (LanePolicy::kinds_apart: launched for a pass that may turn out mixed, which runs
+    // in them if it does, or whatever its mix under LanePolicy::splits_any_mix). A line's PUTs compare from L2,
+    // and so publish their new keys in the pass: with compares through L1, FinishPass publishing them took 0.74
+    // ms per 17 mixed passes of a line at load 0.5, of the 0.94 it took for clStash's deletes and new keys, and
+    // mixed passes gained 1.4-3.4% where they gain 2.4-6.8% (H100, run 258).
     if (policy.kinds_apart) {
       // In a line, the GETs and deletes fetch each line whole (Walk::kLineFetched), and the PUTs of one-word keys
       // do not (kLineFromL2NoFetch): Walk says why, and what each measured.

@@ -97,15 +97,17 @@ struct LanePolicy {
   bool kinds_apart = false;   // the kernels of a mixed pass split by kind are launched for the pass
   // Under kAuto, where no load of the table reaches items_from (group probing: default_clstash_load): a pass
   // launched split by kind runs split whatever its mix turns out to be, and neither the Stash nor the clStash
-  // kernel is launched for it (CudaExecutor). The two kernels run any mix correctly (see above); a pass that
-  // is not mixed after all pays only the packing of its warps.
+  // kernel is launched for it (CudaExecutor), unless its mix is unknown (mix_unknown: the Stash kernel is then
+  // launched too, and the split kernels run the pass only if it is mixed). The two kernels run any mix
+  // correctly (see above); a pass that is not mixed after all pays only the packing of its warps.
   bool split_any_mix = false;
-  // Under kAuto: the pass's mix is not known from a pass of its own call (a call's first two passes are queued
-  // before either has finished), and the last finished pass was not mixed. The split kernels are launched
-  // beside the lane schedule, and the device runs the pass in whichever its mix picks: a mixed call after a
-  // pure one ran its first two passes in the clStash kernel, 0.81 ms a pass at load 0.9 where split ones
-  // took 0.60 (H100, run 351). Such a pass does not run split whatever its mix: a pure pass runs where it
-  // would have, and the split kernels return at once.
+  // Under kAuto: the pass's mix is not known from a pass of its own call, and the last finished pass was not
+  // mixed. A call's first pass (or its grouped run after a failed optimistic try) and its second, unless that
+  // one was halted and queued again, are queued before any pass of the call has finished. The split kernels
+  // are launched beside the lane schedule, and the device runs the pass in whichever its mix picks: a mixed
+  // call after a pure one ran its first two passes in the clStash kernel, 0.81 ms a pass at load 0.9 where
+  // split ones took 0.60 (H100, run 351). Such a pass does not run split whatever its mix: a pure pass runs
+  // where it would have, and the split kernels return at once.
   bool mix_unknown = false;
   // Every kernel of the step must get the same answer: from the pass's mix (StartPass) and the live keys as
   // the pass began. `items` itself grows while the Stash kernel inserts, and a pass that carried it past
@@ -114,8 +116,8 @@ struct LanePolicy {
     if (mode != LaneMode::kAuto) return mode == LaneMode::kClStash;
     return (mixes_reads_and_writes(c.writes, ops) && !kinds_apart) || c.start_items >= items_from;
   }
-  // The pass runs split by kind whatever its mix (split_any_mix, and launched for it): neither lane schedule
-  // need be launched for it.
+  // The pass runs split by kind whatever its mix (split_any_mix, launched for it, and its mix not unknown):
+  // neither lane schedule need be launched for it.
   GPUKV_HD_INLINE bool splits_any_mix() const {
     return kinds_apart && mode == LaneMode::kAuto && split_any_mix && !mix_unknown;
   }
