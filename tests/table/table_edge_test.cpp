@@ -470,7 +470,7 @@ TEST_P(TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce) {
   model.check_contents(table);
 }
 
-// Under the hybrid lane schedule, a pass of more than 2^21 ops (CudaExecutor's kSplitMinOps) that follows a
+// Under the hybrid lane schedule, a pass of at least 2^19 ops (CudaExecutor's kSplitMinOps) that follows a
 // mixed pass is launched split by kind on the GPU, and runs split whatever its own mix turns out to be: neither
 // lane schedule is launched for it (LanePolicy::split_any_mix). Promise: such passes of every mix (only PUTs,
 // only GETs, only deletes, writes without reads), each after a mixed one, answer every op as the model says,
@@ -511,11 +511,11 @@ TEST_P(TableEdgeTest, PassesAfterAMixedOneRunSplitWhateverTheirMix) {
 // finished, so their mix is not known. Where the pass before them was not mixed, the GPU launches the split
 // kernels beside the lane schedule for them (LanePolicy::mix_unknown), and the device runs each pass in
 // whichever its mix picks: split where it is mixed, else where a pure pass runs (the lookup, Stash or inserts
-// kernel). Each call here is two passes of more than 2^21 ops (CudaExecutor's kSplitMinOps) on keys of its own,
-// so that no op is deferred and the second pass is not halted, and so runs with its mix unknown too: pure GETs
-// and pure deletes after a pure call, and mixed calls after a call of GETs, of deletes and of new keys (a
-// line's inserts, tried optimistically first under OptimisticInserts::kAuto, at once under kOff). Promise: every
-// op answers as the model says, and the table holds exactly the model's keys.
+// kernel). Each call here is two passes of more than 2^21 ops (CudaExecutor's kSplitUnknownMixMinOps) on keys
+// of its own, so that no op is deferred and the second pass is not halted, and so runs with its mix unknown
+// too: pure GETs and pure deletes after a pure call, and mixed calls after a call of GETs, of deletes and of
+// new keys (a line's inserts, tried optimistically first under OptimisticInserts::kAuto, at once under kOff).
+// Promise: every op answers as the model says, and the table holds exactly the model's keys.
 TEST_P(TableEdgeTest, ACallsFirstPassesRunAsTheirMixPicksAfterAPureCall) {
   if (GetParam() == BackendKind::kCpu) GTEST_SKIP() << "SKIPPED on the CPU backend: only the GPU splits a pass by kind";
   constexpr std::uint32_t kPassOps = (std::uint32_t{1} << 21) + 1000;

@@ -61,7 +61,7 @@ inline constexpr std::uint32_t kMinLineSlots = 3;
 
 // How the GPU schedules the lanes of a warp for the probing step. kAuto is the hybrid: clStash for a pass
 // that mixes reads and writes, or that begins with the table's load past TableConfig::clstash_load; Stash
-// otherwise; but a pass of more than 2M ops that mixes reads and writes of values the probing step copies (16
+// otherwise; but a pass of 512K ops or more that mixes reads and writes of values the probing step copies (16
 // bytes or less) is split by kind, as kSplit splits every mixed pass: its other ops in one Stash kernel, then
 // its PUTs in another (bench/RESULTS.md has the measurements behind this rule). A kLine tier's batches of new
 // keys run Stash whatever the mode (their compares read from L2, in a kernel of their own), and under kAuto so

@@ -40,12 +40,17 @@ struct EventHandle {
   EventHandle& operator=(const EventHandle&) = delete;
 };
 
-// The smallest pass that kAuto splits by kind (LanePolicy::split). The split saves the pass-end step's random
-// atomics on lines that have left L2, and costs a second kernel's walks end to end after the first's. Mixed
-// passes, line, loads 0.5 / 0.9, split against clStash (H100, runs 257-264): 65536 ops 0.91 / 0.95x, 262144
-// 0.90 / 0.94x, 1M 1.00 / 0.96x, 2M 1.03 / 1.00x, 3M 1.04 / 1.04x, 4M 1.05 / 1.07x; 16 B / 128 B values,
-// which CopyValues copies, 0.97 / 0.99x at 4M.
-constexpr std::uint64_t kSplitMinOps = std::uint64_t{1} << 21;
+// The smallest pass that kAuto splits by kind (LanePolicy::split) after a mixed pass. The split saves the
+// pass-end step's random atomics on lines that have left L2, and costs a second kernel's walks end to end after
+// the first's. Mixed passes, line, loads 0.5 / 0.9, split against clStash, one binary (H100, runs 365-366):
+// 256K ops 0.95 / 0.89x, 320K 0.98 / 0.87x, 384K 0.98 / 0.85x, 448K 1.01 / 0.93x, 512K 1.04 / 1.02x, 1M
+// 1.09 / 1.17x, 2M 1.10 / 1.30x. Runs 257-264, before the split kernels' later changes, had put it at 2M.
+// 16 B / 128 B values, which CopyValues copies, 0.97 / 0.99x at 4M: such passes are not split.
+constexpr std::uint64_t kSplitMinOps = std::uint64_t{1} << 19;
+// The smallest pass whose mix is not known (LanePolicy::mix_unknown) for which kAuto launches the split kernels
+// too: a pure pass then pays an idle launch (about 2.5 us), which pays back where a mixed pass in clStash costs
+// much more than split (passes of 4M ops at 0.9: 0.81 ms against 0.60).
+constexpr std::uint64_t kSplitUnknownMixMinOps = (std::uint64_t{1} << 21) + 1;
 
 class CudaExecutor {
  public:
@@ -97,10 +102,12 @@ class CudaExecutor {
         return;
       }
     }
-    // Under kAuto, only a pass of more than kSplitMinOps ops whose values the probing step copies (below, and
-    // where CopyValues copies wide values, clStash measured better).
+    // Under kAuto, only a pass of at least kSplitMinOps ops (kSplitUnknownMixMinOps where its mix is unknown)
+    // whose values the probing step copies (below, and where CopyValues copies wide values, clStash measured
+    // better).
+    const std::uint64_t split_min = policy.mix_unknown ? kSplitUnknownMixMinOps : kSplitMinOps;
     policy.kinds_apart = policy.kinds_apart &&
-                         (policy.mode == LaneMode::kSplit || (n > kSplitMinOps && !f.e.pass.copy_later));
+                         (policy.mode == LaneMode::kSplit || (n >= split_min && !f.e.pass.copy_later));
     if constexpr (kWalk == Walk::kLine) {
       // Under kAuto, a line's pass after one of inserts runs in Stash lanes, whatever it turns out to hold: the
       // clStash kernel, which would return at once in a pass of inserts, is not launched. A mixed pass then

@@ -78,9 +78,9 @@ GPUKV_HD_INLINE bool mixes_reads_and_writes(std::uint64_t writes, std::uint64_t 
 // down to 0.92x).
 //
 // A mixed pass splits its ops by kind instead (`split`), where the host launched the kernels for it
-// (`kinds_apart`; under kAuto: after a mixed pass, or where no pass of the call has finished yet
-// (`mix_unknown`), a pass of more than 2M ops whose values the probing step copies, CudaExecutor's
-// kSplitMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
+// (`kinds_apart`; under kAuto: after a mixed pass, a pass of at least 512K ops whose values the probing step
+// copies, CudaExecutor's kSplitMinOps; where no pass of the call has finished yet (`mix_unknown`), one of more
+// than 2M ops, kSplitUnknownMixMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
 // deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them (in a line, each
 // line fetched whole: Walk::kLineFetched); then its PUTs, in a Stash kernel that in a line compares from L2 and
 // so publishes their new keys in the pass (Walk::kLineFromL2NoFetch for one-word keys). Each kernel packs its
