@@ -291,7 +291,7 @@ TEST(FullClaims, CleanupZeroesTheLineSlotsItEmpties) {
     const int field = static_cast<int>(slots[i] % Codec::kPerWord);
     t.board.flip(word, field, Codec::field_code(t.board.load(word), field), Codec::kTombstone);
   }
-  const CleanupWord<LineRef> w{t};
+  const CleanupWord<LineRef> w{t, /*device_tier=*/true};  // a line is always the device tier
   std::vector<unsigned long long> regions(t.positions / kCleanupRegionSlots + 1, 0);
   Tally tally;
   for (std::uint64_t slot = 0; slot < t.positions; ++slot) CleanupCount<LineRef>{w, regions.data()}(slot, tally);

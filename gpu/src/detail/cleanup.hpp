@@ -46,21 +46,11 @@ GPUKV_UNROLL
       return slot;
     }
   }
-  // Zeroes what the claims that make a ticket FULL at once rely on (Engine's invariants) in a slot whose
-  // ticket clean-up turns EMPTY: a line's lengths and key; the lengths of a board's slot in the device tier
-  // (Engine::whole_slot_full_code). The host tier's board slots, in host memory, which no claim makes FULL at
-  // once, keep their bytes.
+  // Zeroes what the claims that make a ticket FULL at once rely on (Engine's invariants) in a device-tier slot
+  // whose ticket clean-up turns EMPTY (TableRef::empty_device_slot). The host tier's board slots, in host
+  // memory, which no claim makes FULL at once, keep their bytes.
   GPUKV_HD_INLINE void zero_emptied_slot(std::uint64_t slot) const {
-    if (table.slots_own_sectors()) {
-      if (device_tier) table.store_lens(slot, SlotLens{0, 0});
-      return;
-    }
-    table.store_lens(slot, SlotLens{0, 0});
-    std::uint64_t* words = table.key_words_at(slot);
-GPUKV_UNROLL
-    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
-      if (j < table.key_words) words[j] = 0;
-    }
+    if (device_tier) table.empty_device_slot(slot);
   }
   // A FULL ticket whose key is not in its first probe unit.
   GPUKV_HD_INLINE bool displaced(std::uint64_t slot) const {

@@ -20,12 +20,14 @@
 //  * A key lives in at most one slot of one tier, and only the thread running that key changes it in a pass
 //    (for a key alone in the pass, CopyValues may finish the copy of its value in a later step of the pass;
 //    pass_ops.hpp).
-//  * Lookups stop at the first unit holding an EMPTY ticket. EMPTY tickets only disappear during a pass
-//    (clean-up runs between passes), so an insert that claims the first available ticket at or before that
-//    unit keeps every key reachable.
+//  * Lookups stop at the first unit holding an EMPTY ticket. During a pass EMPTY tickets only disappear, or
+//    appear in a unit that holds one already (clean-up runs between passes): no unit starts to stop walks, so
+//    an insert that claims the first available ticket at or before that unit keeps every key reachable.
 //  * In a line, a slot whose ticket is EMPTY has zero lengths and a zero key; in the device tier's board, a
-//    zero lengths word: the table starts zeroed, and clean-up zeroes them in every slot whose ticket it
-//    turns EMPTY (CleanupExtract). Nothing else makes a ticket EMPTY.
+//    zero lengths word: the table starts zeroed, and whatever turns a ticket EMPTY zeroes them first
+//    (TableRef::empty_device_slot, TableRef::clear_line_slot): clean-up (CleanupExtract), the undo of a failed
+//    optimistic pass, and a line's delete settled at once in a unit that holds an EMPTY ticket already
+//    (frees_slot_at_once), where every walk stops anyway. Nothing else makes a ticket EMPTY.
 //  * No lookup sees a half-written key or value. A new key's slot stays BUSY (skipped by every lookup) while
 //    it is written. On the GPU's board, and in a line by a kernel whose compares read from L2 (the probing
 //    step of a pass of inserts: compares_in_l2; the ordered and the host phase), its writer then publishes
@@ -460,6 +462,28 @@ struct Engine {
     constexpr std::uint64_t kEmptyKeyCode = Codec::info_code(zero_key_info(0, Ref::key_words));
     return pass.copy_later && table.slots_own_sectors() && p.code != kEmptyKeyCode ? p.code : 0;
   }
+  // Whether a deleted key's ticket in a line, settled at once by the kernel that runs a mixed pass's other ops
+  // before its PUTs (commit, Settle::kAlways, in a pass with PUTs), turns EMPTY rather than TOMBSTONE: its unit
+  // held an EMPTY ticket when the walk read it, so every walk that reaches the unit stops there whatever this
+  // slot becomes, and no key has to move. No claim runs beside that kernel, so the EMPTY is still there. The
+  // slot first gets an EMPTY slot's bytes (TableRef::empty_device_slot), which a reader of the same kernel
+  // that saw the key's FULL ticket may compare against in any mix with the key's own (its lengths and its key
+  // are two loads): only the zero key of the key's length, or the empty key, could then match, so a key with
+  // either's code stays a TOMBSTONE, as full_claim_code rules for claims. One-word keys only: a key of several
+  // words is compared word by word, and could match a mix of its words and zeros.
+  // A tombstone costs no walk anything where its unit stops walks anyway; but only clean-up, a pass over the
+  // whole tier, turns it EMPTY, and comes sooner the more there are: mixed batches in a steady state (5%
+  // deletes) ran 1.025-1.028x, with half the clean-ups (H100, runs 373-374). Not in a pass without PUTs (which
+  // the split kernels run after a mixed pass), nor on a board: the stores that zero the slot, a sector more
+  // written back for each delete, cost a pass of deletes up to 8% in a line and 26% on a board (runs 373-374).
+  GPUKV_HD_INLINE bool frees_slot_at_once(const Probe& p) const {
+    if constexpr (Ref::key_words != 1) {
+      return false;
+    } else {
+      return !table.slots_own_sectors() && (Codec::empty(p.words.tickets) & table.lanes_of(p.unit)) != 0 &&
+             p.code != zero_key_code(p.key.len) && p.code != zero_key_code(0);
+    }
+  }
   // The code of the one-word zero key of `len` bytes (0 to 8; none, ~0, for longer). The codes, a byte each
   // by length, are worked out at compile time: a shift at run time rather than a hash of the zero key.
   GPUKV_HD_INLINE static std::uint64_t zero_key_code(std::uint32_t len) {
@@ -759,8 +783,9 @@ struct Engine {
     if (!present) {
       // Where no op that may claim a slot runs beside this one (a pass without PUTs, or a kernel that runs a
       // mixed pass's other ops before its PUTs), none can reuse this slot while a reader still compares
-      // against it (see the invariants above): it becomes a TOMBSTONE at once, and FinishPass, which would
-      // touch its line again from DRAM, has nothing to do for it. GPU code only, as the publish above: on the
+      // against it (see the invariants above): it becomes a TOMBSTONE at once (or EMPTY, in a mixed pass's
+      // kernel, where frees_slot_at_once allows), and FinishPass, which would touch its line again from DRAM,
+      // has nothing to do for it. GPU code only, as the publish above: on the
       // CPU backend the test, though never taken by a lookup, cost its finds and mixed batches 4-6% (2-core
       // VM, bench/results/2026-11-26-vm-cpu-table-ab-deletes-settle-on-cpu-not-kept.log).
 #if defined(__CUDA_ARCH__)
@@ -768,6 +793,12 @@ struct Engine {
 #else
       constexpr bool settle = false;
 #endif
+      if (!kHost && kSettle == Settle::kAlways && settle && pass.counters->puts != 0 && frees_slot_at_once(p)) {
+        t.empty_device_slot(slot);
+        t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code, Codec::kEmpty);
+        tally.items -= 1;
+        return kNothingPending;
+      }
       t.board.flip(slot / Codec::kPerWord, static_cast<int>(slot % Codec::kPerWord), p.code,
                    settle ? Codec::kTombstone : Codec::kBusy);
       const std::uint64_t pending = forget();

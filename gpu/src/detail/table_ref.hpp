@@ -372,6 +372,19 @@ GPUKV_UNROLL
     }
     return any == 0;
   }
+  // Gives a device-tier slot whose ticket turns EMPTY what an EMPTY slot holds (Engine's invariants): in a line,
+  // zero lengths and a zero key; on a board, a zero lengths word. Its ticket is the caller's to change after,
+  // and nobody else writes the slot meanwhile (a line's lengths are bytes of their own: other threads store
+  // their slots' lengths beside them).
+  GPUKV_HD_INLINE void empty_device_slot(std::uint64_t index) const {
+    store_lens(index, SlotLens{0, 0});
+    if (slots_own_sectors()) return;
+    std::uint64_t* words = key_words_at(index);
+GPUKV_UNROLL
+    for (std::uint32_t j = 0; j < kMaxKeyWords; ++j) {
+      if (j < key_words) words[j] = 0;
+    }
+  }
   // Gives a line slot back the bytes of an EMPTY one: zero key, value and lengths (a key an optimistic pass
   // inserted, taken out again: EraseOptimisticInserts). Its ticket is the caller's to change. Other threads
   // clear other slots' lengths in the same word meanwhile, hence the atomic AND.
