@@ -73,7 +73,7 @@ struct BatchRef {
 // device tier, host_items and host_tombstones the host tier.
 struct Counters {
   unsigned long long items;       // live keys, including keys being written in the current pass
-  unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions
+  unsigned long long tombstones;  // TOMBSTONE tickets plus the current pass's deletions that leave one
   unsigned long long host_items;
   unsigned long long host_tombstones;
   unsigned long long host_reads;    // since creation: host slots read (see TableStats)

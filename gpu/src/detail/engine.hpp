@@ -21,8 +21,9 @@
 //    (for a key alone in the pass, CopyValues may finish the copy of its value in a later step of the pass;
 //    pass_ops.hpp).
 //  * Lookups stop at the first unit holding an EMPTY ticket. During a pass EMPTY tickets only disappear, or
-//    appear in a unit that holds one already (clean-up runs between passes): no unit starts to stop walks, so
-//    an insert that claims the first available ticket at or before that unit keeps every key reachable.
+//    appear in a unit that holds one already (clean-up runs between passes; the undo of a failed optimistic
+//    pass gives back only the EMPTY tickets the pass took): no unit starts to stop walks, so an insert that
+//    claims the first available ticket at or before that unit keeps every key reachable.
 //  * In a line, a slot whose ticket is EMPTY has zero lengths and a zero key; in the device tier's board, a
 //    zero lengths word: the table starts zeroed, and whatever turns a ticket EMPTY zeroes them first
 //    (TableRef::empty_device_slot, TableRef::clear_line_slot): clean-up (CleanupExtract), the undo of a failed
@@ -44,7 +45,8 @@
 //    it after the pass. A deleted slot stays BUSY until FinishPass makes it a TOMBSTONE, so nobody can reuse
 //    it and rewrite its key while a reader that saw its old FULL ticket compares against it; on the GPU,
 //    where no op that may claim a slot runs beside the delete (a pass without PUTs, or the kernel that runs a
-//    mixed pass's other ops before its PUTs), it becomes a TOMBSTONE at once (commit, Settle). An overwrite
+//    mixed pass's other ops before its PUTs), it becomes a TOMBSTONE at once (commit, Settle), or in that
+//    kernel EMPTY where frees_slot_at_once allows. An overwrite
 //    rewrites only the value, which only the key's own thread reads. Everything else is ordered by kernel
 //    boundaries (on the CPU backend, by the thread pool's join at the end of each step).
 //  * An optimistic pass (PassRef::optimistic: PUTs only, not grouped, on the GPU's line) may
@@ -465,12 +467,13 @@ struct Engine {
   // Whether a deleted key's ticket in a line, settled at once by the kernel that runs a mixed pass's other ops
   // before its PUTs (commit, Settle::kAlways, in a pass with PUTs), turns EMPTY rather than TOMBSTONE: its unit
   // held an EMPTY ticket when the walk read it, so every walk that reaches the unit stops there whatever this
-  // slot becomes, and no key has to move. No claim runs beside that kernel, so the EMPTY is still there. The
-  // slot first gets an EMPTY slot's bytes (TableRef::empty_device_slot), which a reader of the same kernel
-  // that saw the key's FULL ticket may compare against in any mix with the key's own (its lengths and its key
-  // are two loads): only the zero key of the key's length, or the empty key, could then match, so a key with
-  // either's code stays a TOMBSTONE, as full_claim_code rules for claims. One-word keys only: a key of several
-  // words is compared word by word, and could match a mix of its words and zeros.
+  // slot becomes, and no key has to move. No claim runs beside that kernel (the PUTs' kernel after it waits
+  // for it to end: wait_for_earlier_kernels), so the EMPTY is still there. The slot first gets an EMPTY
+  // slot's bytes (TableRef::empty_device_slot), which a reader of the same kernel that saw the key's FULL
+  // ticket may compare against in any mix with the key's own (its lengths and its key are two loads): only
+  // the zero key of the key's length, or the empty key, could then match, so a key with either's code stays a
+  // TOMBSTONE, as full_claim_code rules for claims. One-word keys only: a key of several words is compared
+  // word by word, and could match a mix of its words and zeros.
   // A tombstone costs no walk anything where its unit stops walks anyway; but only clean-up, a pass over the
   // whole tier, turns it EMPTY, and comes sooner the more there are: mixed batches in a steady state (5%
   // deletes) ran 1.025-1.028x, with half the clean-ups (H100, runs 373-374). Not in a pass without PUTs (which
