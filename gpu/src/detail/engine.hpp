@@ -46,9 +46,9 @@
 //    it and rewrite its key while a reader that saw its old FULL ticket compares against it; on the GPU,
 //    where no op that may claim a slot runs beside the delete (a pass without PUTs, or the kernel that runs a
 //    mixed pass's other ops before its PUTs), it becomes a TOMBSTONE at once (commit, Settle), or in that
-//    kernel EMPTY where frees_slot_at_once allows. An overwrite
-//    rewrites only the value, which only the key's own thread reads. Everything else is ordered by kernel
-//    boundaries (on the CPU backend, by the thread pool's join at the end of each step).
+//    kernel EMPTY where frees_slot_at_once allows. An overwrite rewrites only the value, which only the key's
+//    own thread reads. Everything else is ordered by kernel boundaries (on the CPU backend, by the thread
+//    pool's join at the end of each step).
 //  * An optimistic pass (PassRef::optimistic: PUTs only, not grouped, on the GPU's line) may
 //    run two ops of one key at once. Only one of them inserts it: each claims an EMPTY ticket of the first
 //    unit holding one, with a CAS that fails if the unit changed, and a walk that meets a claim it cannot
@@ -788,9 +788,9 @@ struct Engine {
       // mixed pass's other ops before its PUTs), none can reuse this slot while a reader still compares
       // against it (see the invariants above): it becomes a TOMBSTONE at once (or EMPTY, in a mixed pass's
       // kernel, where frees_slot_at_once allows), and FinishPass, which would touch its line again from DRAM,
-      // has nothing to do for it. GPU code only, as the publish above: on the
-      // CPU backend the test, though never taken by a lookup, cost its finds and mixed batches 4-6% (2-core
-      // VM, bench/results/2026-11-26-vm-cpu-table-ab-deletes-settle-on-cpu-not-kept.log).
+      // has nothing to do for it. GPU code only, as the publish above: on the CPU backend the test, though
+      // never taken by a lookup, cost its finds and mixed batches 4-6% (2-core VM,
+      // bench/results/2026-11-26-vm-cpu-table-ab-deletes-settle-on-cpu-not-kept.log).
 #if defined(__CUDA_ARCH__)
       const bool settle = kSettle == Settle::kAlways || (kSettle == Settle::kWithoutPuts && pass.counters->puts == 0);
 #else
