@@ -450,7 +450,7 @@ struct Engine {
     if constexpr (Ref::key_words != 1) {
       return 0;
     } else {
-      return pass.copy_later || p.code == zero_key_code(p.key.len) || p.code == zero_key_code(0) ? 0 : p.code;
+      return pass.copy_later || zero_slot_may_match(p) ? 0 : p.code;
     }
   }
   // The FULL code with which a new key alone in its pass may claim an EMPTY board slot at once, where
@@ -484,8 +484,16 @@ struct Engine {
       return false;
     } else {
       return !table.slots_own_sectors() && (Codec::empty(p.words.tickets) & table.lanes_of(p.unit)) != 0 &&
-             p.code != zero_key_code(p.key.len) && p.code != zero_key_code(0);
+             !zero_slot_may_match(p);
     }
+  }
+  // Whether a one-word key carries the code of a key that an EMPTY line slot's zeros, or a mix of them and the
+  // key's own bytes, could match in a compare: the zero key of its length, or the empty key (a reader's loads
+  // of the lengths and of the key may see different moments). Such a key's slot goes through BUSY where
+  // others are claimed FULL at once (full_claim_code), and stays a TOMBSTONE where others are freed at once
+  // (frees_slot_at_once).
+  GPUKV_HD_INLINE static bool zero_slot_may_match(const Probe& p) {
+    return p.code == zero_key_code(p.key.len) || p.code == zero_key_code(0);
   }
   // The code of the one-word zero key of `len` bytes (0 to 8; none, ~0, for longer). The codes, a byte each
   // by length, are worked out at compile time: a shift at run time rather than a hash of the zero key.
