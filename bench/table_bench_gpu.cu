@@ -6,7 +6,8 @@
 // the key).
 // --parts=churn holds a full table under deletes and new keys (bench_churn): what its clean-ups cost.
 // --parts=steady runs mixed batches for a while on a table at each load (bench_steady_mixed): their steady
-// rate, tombstones and clean-ups included.
+// rate, tombstones and clean-ups included (--cleanup_tombstones: the tombstone share that triggers a clean-up,
+// TableConfig::cleanup_tombstones; its default unless given).
 //
 //   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
 //                   --layouts=board,line   (slot layouts, each measured at every load in turn)
@@ -304,13 +305,14 @@ __global__ void make_mixed_round(std::uint8_t* ops, std::uint8_t* keys, std::uin
 // longest ago and 5% new keys, so that the live keys stay n (make_mixed_round). Unlike bench_table's one mixed
 // batch, this includes what a long mixed workload's tombstones cost: the walks of new keys they lengthen, and
 // the clean-ups that remove the tombstones new keys have not reused. Every op must end kOk.
-void bench_steady_mixed(const TableRun& r, int rounds) {
+void bench_steady_mixed(const TableRun& r, int rounds, double cleanup_tombstones) {
   const std::uint32_t stride = value_stride(r.vw);
   // The default maximum load (TableConfig), where bench_table's 1.0 lets a batch of new keys fill the table: a
   // tier at max_items keeps its headroom EMPTY, and its tombstones are cleaned once they take their share of
   // it (cleanup_headroom); at 1.0 there is no headroom, and a walk may meet no EMPTY ticket for long.
   TableConfig config = table_config(r);
   config.max_load_factor = TableConfig{}.max_load_factor;
+  config.cleanup_tombstones = cleanup_tombstones;
   if (r.load >= config.max_load_factor) {
     std::printf("SKIPPED steady_mixed at load %.2f: not below the maximum load %.2f\n", r.load, config.max_load_factor);
     return;
@@ -337,7 +339,8 @@ void bench_steady_mixed(const TableRun& r, int rounds) {
   }
   const TableStats s = table.stats();
   char extra[200];
-  std::snprintf(extra, sizeof extra, "rounds=%d cleanups=%llu tombstones_end=%llu items_end=%llu", rounds,
+  std::snprintf(extra, sizeof extra, "rounds=%d cleanup_tombstones=%.3f cleanups=%llu tombstones_end=%llu items_end=%llu",
+                rounds, cleanup_tombstones,
                 static_cast<unsigned long long>(s.cleanups - s0.cleanups), static_cast<unsigned long long>(s.device.tombstones),
                 static_cast<unsigned long long>(s.device.items));
   print_result("steady_mixed", describe(r), r.load, d * static_cast<std::uint64_t>(rounds), ms, extra);
@@ -554,7 +557,9 @@ int main(int argc, char** argv) {
                    static_cast<std::uint32_t>(flags.u64s("tickets", "8")[0]), parse_probing(flags.str("probing", "group")),
                    parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]),
                    load, n, repeats, layout};
-        bench_steady_mixed(r, static_cast<int>(flags.u64("steady_rounds", 200)));
+        for (double share : flags.doubles("cleanup_tombstones", std::to_string(gpukv::TableConfig{}.cleanup_tombstones))) {
+          bench_steady_mixed(r, static_cast<int>(flags.u64("steady_rounds", 200)), share);
+        }
       }
     }
   }
