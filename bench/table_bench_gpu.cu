@@ -7,7 +7,8 @@
 // --parts=churn holds a full table under deletes and new keys (bench_churn): what its clean-ups cost.
 // --parts=steady runs mixed batches for a while on a table at each load (bench_steady_mixed): their steady
 // rate, tombstones and clean-ups included (--cleanup_tombstones: the tombstone share that triggers a clean-up,
-// TableConfig::cleanup_tombstones; its default unless given).
+// TableConfig::cleanup_tombstones; its default unless given; --steady_probe_every=K: GETs of live keys and of
+// absent ones timed before every K-th batch).
 //
 //   table_bench_gpu --n=134217728 --kw=8 --vw=8 --loads=0.5,0.8,0.9,0.95 --tickets=8 --probing=group
 //                   --layouts=board,line   (slot layouts, each measured at every load in turn)
@@ -300,12 +301,27 @@ __global__ void make_mixed_round(std::uint8_t* ops, std::uint8_t* keys, std::uin
   }
 }
 
+// d GETs of keys taken at random from first..first+span-1 of key space `space`: a batch that times the walks
+// of a steady state's hits (its live keys) or misses (a space never written), changing nothing.
+__global__ void make_probe_round(std::uint8_t* ops, std::uint8_t* keys, std::uint8_t* key_lens, std::uint64_t d,
+                                 std::uint32_t kw, std::uint64_t space, std::uint64_t first, std::uint64_t span,
+                                 std::uint64_t salt) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < d; i += std::uint64_t{gridDim.x} * blockDim.x) {
+    ops[i] = static_cast<std::uint8_t>(OpKind::kGet);
+    write_key(keys + i * kw, kw, space, first + dscramble(i ^ (salt << 32)) % span);
+    key_lens[i] = static_cast<std::uint8_t>(kw);
+  }
+}
+
 // Mixed batches in a steady state: the table filled with n keys at the run's load, then `rounds` batches of
 // max_batch ops (one pass each), 50% GETs and 40% overwrites of live keys, 5% deletes of the keys written
 // longest ago and 5% new keys, so that the live keys stay n (make_mixed_round). Unlike bench_table's one mixed
 // batch, this includes what a long mixed workload's tombstones cost: the walks of new keys they lengthen, and
-// the clean-ups that remove the tombstones new keys have not reused. Every op must end kOk.
-void bench_steady_mixed(const TableRun& r, int rounds, double cleanup_tombstones) {
+// the clean-ups that remove the tombstones new keys have not reused. Every op must end kOk. `probe_every` > 0:
+// before every probe_every-th batch, a batch of GETs of live keys and one of absent keys, timed apart and
+// printed as STEADY_PROBE lines: how the walks of hits and of misses (as long as a new key's) change between
+// clean-ups.
+void bench_steady_mixed(const TableRun& r, int rounds, double cleanup_tombstones, int probe_every) {
   const std::uint32_t stride = value_stride(r.vw);
   // The default maximum load (TableConfig), where bench_table's 1.0 lets a batch of new keys fill the table: a
   // tier at max_items keeps its headroom EMPTY, and its tombstones are cleaned once they take their share of
@@ -328,6 +344,24 @@ void bench_steady_mixed(const TableRun& r, int rounds, double cleanup_tombstones
   double ms = 0;
   std::uint64_t oldest = 0;
   for (int round = 0; round < rounds; ++round) {
+    if (probe_every > 0 && round % probe_every == 0) {
+      double probe_ms[2];
+      for (int miss = 0; miss < 2; ++miss) {
+        make_probe_round<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, batch.key_lens.p, d, r.kw, miss != 0 ? 6 : 5,
+                                            miss != 0 ? 0 : oldest, live, static_cast<std::uint64_t>(round));
+        CHECK(cudaDeviceSynchronize());
+        timer.start();
+        table.execute_on_device(batch.in(d), batch.out());
+        probe_ms[miss] = timer.stop_ms();
+        expect_status(batch, d, miss != 0 ? OpStatus::kNotFound : OpStatus::kOk, "steady probe");
+      }
+      const TableStats now = table.stats();
+      std::printf("STEADY_PROBE layout=%s load=%.3f cleanup_tombstones=%.3f round=%d hit_gops=%.3f miss_gops=%.3f "
+                  "cleanups=%llu tombstones=%llu\n",
+                  to_string(r.layout), r.load, cleanup_tombstones, round, d / probe_ms[0] / 1e6, d / probe_ms[1] / 1e6,
+                  static_cast<unsigned long long>(now.cleanups - s0.cleanups),
+                  static_cast<unsigned long long>(now.device.tombstones));
+    }
     make_mixed_round<<<kGrid, kBlock>>>(batch.ops.p, batch.keys.p, batch.key_lens.p, d, r.kw, oldest, live,
                                         static_cast<std::uint64_t>(round));
     CHECK(cudaDeviceSynchronize());
@@ -558,7 +592,8 @@ int main(int argc, char** argv) {
                    parse_lanes(flags.str("lanes", "auto")), static_cast<std::uint32_t>(flags.u64s("max_batch", "4194304")[0]),
                    load, n, repeats, layout};
         for (double share : flags.doubles("cleanup_tombstones", std::to_string(gpukv::TableConfig{}.cleanup_tombstones))) {
-          bench_steady_mixed(r, static_cast<int>(flags.u64("steady_rounds", 200)), share);
+          bench_steady_mixed(r, static_cast<int>(flags.u64("steady_rounds", 200)), share,
+                             static_cast<int>(flags.u64("steady_probe_every", 0)));
         }
       }
     }
