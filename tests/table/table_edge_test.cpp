@@ -820,6 +820,43 @@ TEST_P(TableEdgeTest, DeletesInUnitsThatHoldAnEmptyTicketFreeTheirSlots) {
   }
 }
 
+// A tier held at 0.85 of its capacity, below max_items, under churn (deletes, and as many new keys): its
+// tombstones take the place of EMPTY tickets, where every walk of an absent or new key ends. With the tombstone
+// step set high (cleanup_tombstones 0.5) and the crowded rule not due until tombstones reach 0.125 of the
+// capacity, a clean-up must still run once they take 16/25 of the slots the live keys leave free (0.096 of the
+// capacity; PassRunner::short_of_empty). Promise: tombstones never exceed that share by more than one batch's
+// deletes, a clean-up runs, and the table holds exactly the model's keys.
+TEST_P(TableEdgeTest, ATierBelowMaxItemsIsCleanedBeforeTombstonesTakeItsFreeSlots) {
+  TableConfig c = config(8, 8, 5000);
+  c.cleanup_tombstones = 0.5;
+  Table table(c);
+  const TableStats empty = table.stats();
+  Model model(empty.device.max_items);
+  Generator gen(41, 8, 8);
+  const std::uint64_t live = empty.device.capacity * 85 / 100;
+  const auto keys = gen.unique_keys(live * 3);
+  std::vector<Op> fill;
+  std::size_t next_key = 0;
+  while (fill.size() < live) fill.push_back(put(keys[next_key++], gen.value()));
+  model.run(table, fill);
+  ASSERT_EQ(table.stats().device.items, live);
+  const double bound = 16.0 / 25.0 * static_cast<double>(empty.device.capacity - live);
+  std::size_t oldest = 0;
+  std::uint64_t most_tombstones = 0;
+  for (int round = 0; round < 80 && !HasFatalFailure(); ++round) {
+    std::vector<Op> churn;
+    for (int i = 0; i < 40; ++i) churn.push_back(del(keys[oldest++]));
+    for (int i = 0; i < 40; ++i) churn.push_back(put(keys[next_key++], gen.value()));
+    for (int i = 0; i < 40; ++i) churn.push_back(get(keys[next_key + static_cast<std::size_t>(i)]));  // absent
+    model.run(table, churn);
+    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().device.tombstones);
+  }
+  const TableStats s = table.stats();
+  EXPECT_GE(s.cleanups, 1u);
+  EXPECT_LE(static_cast<double>(most_tombstones), bound + 40) << "capacity " << empty.device.capacity;
+  model.check_contents(table);
+}
+
 void TableEdgeTest::churn_a_full_tier(double headroom_share) {
   TableConfig c = config(8, 8, 5000);
   c.cleanup_tombstones = 0.5;

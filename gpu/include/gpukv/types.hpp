@@ -101,7 +101,10 @@ struct TableConfig {
   std::uint32_t host_phase_threads = 0;
   std::uint32_t ticket_bits = 8;       // ticket size on the board: 2, 4 or 8 bits (see ticket_board.hpp)
   double max_load_factor = 0.95;       // live keys / slots beyond which a tier takes no new keys
-  double cleanup_tombstones = 0.10;    // tombstones / capacity that triggers the parallel clean-up
+  // Tombstones / capacity that triggers the parallel clean-up. The device tier is also cleaned once its
+  // tombstones take 16/25 of the slots its live keys leave free (capacity - live keys), which comes first at
+  // loads of about 0.85 to 0.93: a lookup ends only at an EMPTY ticket.
+  double cleanup_tombstones = 0.10;
   // A tier is also cleaned once its tombstones take this share of the EMPTY slots a full tier keeps
   // (capacity - max_items): a lookup ends only at an EMPTY ticket, so a tier held near max_items under
   // deletes and new keys walks ever longer before then. Lower: shorter walks, more clean-ups.
