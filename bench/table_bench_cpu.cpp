@@ -3,6 +3,7 @@
 // by as many threads as the backend uses, each taking the lock per operation.
 //
 //   table_bench_cpu --n=2097152 --loads=0.5,0.8,0.9,0.95 --batch=65536 [--vw=8] [--layout=board|line]
+//   table_bench_cpu --steady_rounds=R ...   mixed batches in a steady state instead (bench_steady)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -106,6 +107,73 @@ void bench_table(std::uint64_t n, double load, std::uint64_t batch, unsigned thr
   print_result("mixed", name, load, mixed_n, run_batches(table, b, mixed_n, batch, OpStatus::kOk, "mixed"));
 }
 
+// Mixed batches in a steady state (--steady_rounds=R), as table_bench_gpu --parts=steady runs them: a table at
+// the default maximum load filled with n keys at `load`, then R batches of `batch` ops (a multiple of 20): 5%
+// deletes of the keys written longest ago, 5% new keys, and GETs (50 of every 90) or overwrites of the live keys
+// past the deleted ones, no key twice in a batch. Its rate includes the clean-ups that its tombstones bring.
+void bench_steady(std::uint64_t n, double load, std::uint64_t batch, unsigned threads, SlotLayout layout, int rounds) {
+  TableConfig c;
+  c.backend = BackendKind::kCpu;
+  c.slot_layout = layout;
+  c.cpu_threads = threads;
+  c.capacity = static_cast<std::uint64_t>(static_cast<double>(n) / load);
+  if (load >= c.max_load_factor) {
+    std::printf("SKIPPED steady_mixed at load %.2f: not below the maximum load %.2f\n", load, c.max_load_factor);
+    return;
+  }
+  Table table(c);
+  const auto key_of = [](std::uint64_t index) { return scramble((1ULL << 40) | index); };
+  {
+    Batch fill(table, n);
+    for (std::uint64_t i = 0; i < n; ++i) {
+      reinterpret_cast<std::uint64_t*>(fill.keys())[i] = key_of(i);
+      fill.key_lens()[i] = 8;
+      std::memcpy(fill.values() + i * fill.value_stride(), &i, 8);
+      fill.value_lens()[i] = 8;
+    }
+    set_ops(fill, OpKind::kPut, n);
+    run_batches(table, fill, n, batch, OpStatus::kOk, "steady fill");
+  }
+  const std::uint64_t d = batch / 20 * 20, churned = d / 20;
+  Batch b(table, d);
+  std::memset(b.statuses(), 0, d);  // every page of the result columns touched before any timing
+  std::memset(b.out_values(), 0, d * b.value_stride());
+  std::memset(b.out_value_lens(), 0, d * sizeof(std::uint32_t));
+  for (std::uint64_t i = 0; i < d; ++i) {
+    std::memcpy(b.values() + i * b.value_stride(), &i, 8);
+    b.value_lens()[i] = 8;
+    b.key_lens()[i] = 8;
+  }
+  const std::uint64_t cleanups_before = table.stats().cleanups;
+  std::uint64_t oldest = 0;
+  double ms = 0;
+  auto* keys = reinterpret_cast<std::uint64_t*>(b.keys());
+  for (int round = 0; round < rounds; ++round) {
+    const auto turn = static_cast<std::uint64_t>(round);
+    for (std::uint64_t i = 0; i < d; ++i) {
+      std::uint64_t index;
+      if (i % 20 == 0) {
+        b.ops()[i] = static_cast<std::uint8_t>(OpKind::kDelete);
+        index = oldest + i / 20;
+      } else if (i % 20 == 1) {
+        b.ops()[i] = static_cast<std::uint8_t>(OpKind::kPut);
+        index = oldest + n + i / 20;
+      } else {
+        b.ops()[i] = static_cast<std::uint8_t>(scramble(i ^ (turn << 32)) % 90 < 50 ? OpKind::kGet : OpKind::kPut);
+        index = oldest + churned + (turn * d + i) % (n - churned);
+      }
+      keys[i] = key_of(index);
+    }
+    ms += run_batches(table, b, d, d, OpStatus::kOk, "steady mixed");
+    oldest += churned;
+  }
+  const TableStats s = table.stats();
+  const std::string name = "backend=cpu threads=" + std::to_string(threads) + " batch=" + std::to_string(d) +
+                           " layout=" + to_string(layout) + " rounds=" + std::to_string(rounds) +
+                           " cleanups=" + std::to_string(s.cleanups - cleanups_before);
+  print_result("steady_mixed", name, load, d * static_cast<std::uint64_t>(rounds), ms);
+}
+
 // The baseline: std::unordered_map under one mutex, `threads` threads each taking the lock per operation.
 template <class Op>
 double run_locked(unsigned threads, std::uint64_t n, Op op) {
@@ -173,7 +241,12 @@ int main(int argc, char** argv) {
   std::printf("DEVICE cpu hardware_threads=%u\n", std::thread::hardware_concurrency());
   const bool line = flags.str("layout", "board") == "line";
   const gpukv::SlotLayout layout = line ? gpukv::SlotLayout::kLine : gpukv::SlotLayout::kBoard;
+  const int steady_rounds = static_cast<int>(flags.u64("steady_rounds", 0));
   for (double load : flags.doubles("loads", "0.5,0.8,0.9,0.95")) {
+    if (steady_rounds > 0) {
+      bench_steady(n, load, batch, threads, layout, steady_rounds);
+      continue;
+    }
     bench_table(n, load, batch, threads, value_width, layout);
     bench_baseline(n, load, threads);
   }
