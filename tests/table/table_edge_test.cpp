@@ -35,6 +35,11 @@ class TableEdgeTest : public testing::TestWithParam<BackendKind> {
   }
   // Holds a full tier under churn and checks its tombstones never take more than their share of its headroom.
   void churn_a_full_tier(double headroom_share);
+  // Churns a table whose keys[0, next_key) were written in order: each of `rounds` batches deletes the
+  // `per_round` keys written longest ago (from `oldest` on), writes as many new keys and looks up as many absent
+  // ones, each answer checked against the model. Returns the most tombstones the device tier held after a batch.
+  std::uint64_t churn(Table& table, Model& model, Generator& gen, const std::vector<std::string>& keys,
+                      std::size_t& oldest, std::size_t& next_key, int rounds, int per_round);
 };
 
 Op put(std::string k, std::string v) { return Op{OpKind::kPut, std::move(k), std::move(v)}; }
@@ -842,15 +847,7 @@ TEST_P(TableEdgeTest, ATierBelowMaxItemsIsCleanedBeforeTombstonesTakeItsFreeSlot
   ASSERT_EQ(table.stats().device.items, live);
   const double bound = 16.0 / 25.0 * static_cast<double>(empty.device.capacity - live);
   std::size_t oldest = 0;
-  std::uint64_t most_tombstones = 0;
-  for (int round = 0; round < 80 && !HasFatalFailure(); ++round) {
-    std::vector<Op> churn;
-    for (int i = 0; i < 40; ++i) churn.push_back(del(keys[oldest++]));
-    for (int i = 0; i < 40; ++i) churn.push_back(put(keys[next_key++], gen.value()));
-    for (int i = 0; i < 40; ++i) churn.push_back(get(keys[next_key + static_cast<std::size_t>(i)]));  // absent
-    model.run(table, churn);
-    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().device.tombstones);
-  }
+  const std::uint64_t most_tombstones = churn(table, model, gen, keys, oldest, next_key, 80, 40);
   const TableStats s = table.stats();
   EXPECT_GE(s.cleanups, 1u);
   EXPECT_LE(static_cast<double>(most_tombstones), bound + 40) << "capacity " << empty.device.capacity;
@@ -873,19 +870,25 @@ void TableEdgeTest::churn_a_full_tier(double headroom_share) {
   model.run(table, fill);
   ASSERT_EQ(table.stats().device.items, empty.device.max_items);
   std::size_t oldest = 0;
-  std::uint64_t most_tombstones = 0;
-  for (int round = 0; round < 40 && !HasFatalFailure(); ++round) {
-    std::vector<Op> churn;
-    for (int i = 0; i < 20; ++i) churn.push_back(del(keys[oldest++]));
-    for (int i = 0; i < 20; ++i) churn.push_back(put(keys[next_key++], gen.value()));
-    for (int i = 0; i < 20; ++i) churn.push_back(get(keys[next_key + static_cast<std::size_t>(i)]));  // absent
-    model.run(table, churn);
-    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().device.tombstones);
-  }
+  const std::uint64_t most_tombstones = churn(table, model, gen, keys, oldest, next_key, 40, 20);
   const TableStats s = table.stats();
   EXPECT_GE(s.cleanups, 1u);
   EXPECT_LE(static_cast<double>(most_tombstones), headroom_share * static_cast<double>(headroom) + 20) << "headroom " << headroom;
   model.check_contents(table);
+}
+
+std::uint64_t TableEdgeTest::churn(Table& table, Model& model, Generator& gen, const std::vector<std::string>& keys,
+                                   std::size_t& oldest, std::size_t& next_key, int rounds, int per_round) {
+  std::uint64_t most_tombstones = 0;
+  for (int round = 0; round < rounds && !HasFatalFailure(); ++round) {
+    std::vector<Op> ops;
+    for (int i = 0; i < per_round; ++i) ops.push_back(del(keys[oldest++]));
+    for (int i = 0; i < per_round; ++i) ops.push_back(put(keys[next_key++], gen.value()));
+    for (int i = 0; i < per_round; ++i) ops.push_back(get(keys[next_key + static_cast<std::size_t>(i)]));  // absent
+    model.run(table, ops);
+    most_tombstones = std::max<std::uint64_t>(most_tombstones, table.stats().device.tombstones);
+  }
+  return most_tombstones;
 }
 
 TEST_P(TableEdgeTest, TombstoneCleanupUnderLoadLosesNothing) {
