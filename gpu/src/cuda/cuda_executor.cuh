@@ -128,12 +128,14 @@ class CudaExecutor {
       // A pass without writes (LanePolicy::lookups_miss says with how many blocks). A line's lookups that are
       // expected to hit fetch their first line whole: a hit's slot may lie in its other 64-byte half, which
       // a second DRAM access would bring (line hits at loads 0.8-0.95 1.05-1.06x, H100 run 192); a miss
-      // needs the ticket word only, and lost up to 20% to the fetch (run 149).
+      // needs the ticket word only, and lost up to 20% to the fetch (run 149). The lookups expected to hit walk
+      // through L1 (Walk::kLineReadOnly). Misses keep kLine: through L1 they ran level at 8 B / 8 B and
+      // 0.98-0.99x at 16 B / 8 B (H200, run 392).
       const auto lookups = [&]<bool kWords>() {
         if (policy.lookups_miss) {
           launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, needed);
         } else if constexpr (kWalk == Walk::kLine) {
-          launch_probing<lookup_kernel<Ref, kWalk, true, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
+          launch_probing<lookup_kernel<Ref, Walk::kLineReadOnly, true, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
         } else {
           launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
         }

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_INSERT_MIN_BLOCKS)
       // A pass of GETs only: its lookups run here, where failing the pass would halt the pass queued after it
       // and run this one again (hits after inserts 0.98x at 16 B / 8 B, runs 308-309).
       Tally tally;
-      grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<Walk::kLine>(op, t); }, tally);
+      grid_stride(n, [&f](std::uint64_t op, Tally& t) { f.template run_lookup<Walk::kLineReadOnly>(op, t); }, tally);
       flush_tally(tally, counters);
       return;
     }
@@ -235,7 +235,8 @@ __global__ void __launch_bounds__(kBlockThreads, GPUKV_INSERT_MIN_BLOCKS)
 // (answers_words_in_lookups): a hit answers its value and word from the slot its walk read. The other
 // kernels leave both to CopyValues, which reads the slot a second time, at random: so that they hold no
 // code for words (Engine::store_slot_word says what that code cost), and so that this lookup kernel, which
-// tables without words launch, holds none either.
+// tables without words launch, holds none either. In a line, the lookups expected to hit walk through L1
+// (Walk::kLineReadOnly): nothing writes the table while the kernel runs.
 template <class Ref, Walk kWalk, bool kFetchLine = false, bool kWords = false>
 __global__ void __launch_bounds__(kBlockThreads, GPUKV_LOOKUP_MIN_BLOCKS)
     lookup_kernel(std::uint64_t n, ExecuteOp<Ref> f, LanePolicy policy, Counters* counters) {

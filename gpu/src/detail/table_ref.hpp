@@ -100,6 +100,15 @@ enum class Walk : std::uint8_t {
   // 0.8 / 0.9 / 0.95, mixed batches in a steady state 1.025-1.030x; a pass of deletes after a mixed one, which
   // runs split, 0.961x at 0.5, level above.
   kLineFetched,
+  // kLine where nothing writes the table while the kernel runs: the lookups of a pass without writes expected
+  // to hit (the lookup kernel that fetches their first line; the optimistic kernel where its pass holds GETs
+  // only, a call's first after inserts). Its units' words are loaded by weak loads (Board::load_with_next's
+  // kWeak), through the SM's L1 rather than past it, so that the line's first sector, which holds slot 0 (at
+  // 8 B / 8 B; at 16 B / 8 B its key) beside the ticket and lengths words, is in L1 for the compare and the
+  // value that follow, where a relaxed load left them to a round trip to L2. Against kLine (H200, run 392): hits 1.128 / 1.117 / 1.096 / 1.088x at loads 0.5 / 0.8 / 0.9 /
+  // 0.95, at 16 B / 8 B 1.089 / 1.034x at 0.5 / 0.9. Misses, which compare few keys, gain nothing from it
+  // and keep kLine (CudaExecutor).
+  kLineReadOnly,
 };
 
 // Whether a walk compares keys from L2 and publishes its new keys in the pass (kLineFromL2 and

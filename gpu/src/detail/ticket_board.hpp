@@ -116,10 +116,17 @@ struct Board {
   // write. The slot's sectors are then in L2 whole when the insert stores into them, so that L2 writes them
   // back as whole sectors later, where a store into a sector L2 does not hold costs DRAM a read-modify-write
   // at eviction (a packed slot covers part of a sector).
-  template <bool kFetchLine>
+  //
+  // kWeak: a weak load, for a kernel in which nothing writes the table (Walk::kLineReadOnly). A relaxed load
+  // at GPU scope passes the SM's L1; a weak one leaves the sector there.
+  template <bool kFetchLine, bool kWeak = false>
   GPUKV_HD_INLINE void load_with_next(std::uint64_t word, std::uint64_t& tickets, std::uint64_t& next) const {
 #if defined(__CUDA_ARCH__)
-    if constexpr (kFetchLine) {
+    if constexpr (kWeak && kFetchLine) {
+      asm volatile("ld.global.L2::128B.v2.u64 {%0, %1}, [%2];" : "=l"(tickets), "=l"(next) : "l"(at(word)));
+    } else if constexpr (kWeak) {
+      asm volatile("ld.global.v2.u64 {%0, %1}, [%2];" : "=l"(tickets), "=l"(next) : "l"(at(word)));
+    } else if constexpr (kFetchLine) {
       asm volatile("ld.relaxed.gpu.global.L2::128B.v2.u64 {%0, %1}, [%2];"
                    : "=l"(tickets), "=l"(next) : "l"(at(word)) : "memory");
     } else {
