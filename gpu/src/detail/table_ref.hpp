@@ -105,9 +105,9 @@ enum class Walk : std::uint8_t {
   // only, a call's first after inserts). Its units' words are loaded by weak loads (Board::load_with_next's
   // kWeak), through the SM's L1 rather than past it, so that the line's first sector, which holds slot 0 (at
   // 8 B / 8 B; at 16 B / 8 B its key) beside the ticket and lengths words, is in L1 for the compare and the
-  // value that follow, where a relaxed load left them to a round trip to L2. Against kLine (H200, run 392): hits 1.128 / 1.117 / 1.096 / 1.088x at loads 0.5 / 0.8 / 0.9 /
-  // 0.95, at 16 B / 8 B 1.089 / 1.034x at 0.5 / 0.9. Misses, which compare few keys, gain nothing from it
-  // and keep kLine (CudaExecutor).
+  // value that follow, where a relaxed load left them to a round trip to L2. Against kLine (H200, run 393):
+  // hits 1.125 / 1.115 / 1.097 / 1.087x at loads 0.5 / 0.8 / 0.9 / 0.95, at 16 B / 8 B 1.092 / 1.037x (0.5,
+  // 0.9). Misses, which compare few keys, gain nothing from it and keep kLine (CudaExecutor).
   kLineReadOnly,
 };
 
