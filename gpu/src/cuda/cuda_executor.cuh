@@ -51,6 +51,8 @@ constexpr std::uint64_t kSplitMinOps = std::uint64_t{1} << 19;
 // too: a pure pass then pays an idle launch (about 2.5 us), which pays back where a mixed pass in clStash costs
 // much more than split (passes of 4M ops at 0.9: 0.81 ms against 0.60).
 constexpr std::uint64_t kSplitUnknownMixMinOps = (std::uint64_t{1} << 21) + 1;
+// Blocks an SM of the lookup kernel for a line's hits below 0.8 load (LanePolicy::low_load).
+constexpr int kLowLoadHitBlocks = 3;
 
 class CudaExecutor {
  public:
@@ -135,7 +137,8 @@ class CudaExecutor {
         if (policy.lookups_miss) {
           launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, needed);
         } else if constexpr (kWalk == Walk::kLine) {
-          launch_probing<lookup_kernel<Ref, Walk::kLineReadOnly, true, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
+          const std::uint64_t grid = policy.low_load ? std::uint64_t{kLowLoadHitBlocks} * sm_count_ : stash_grid;
+          launch_probing<lookup_kernel<Ref, Walk::kLineReadOnly, true, kWords>>("ExecuteOp.lookup", n, f, policy, grid);
         } else {
           launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
         }

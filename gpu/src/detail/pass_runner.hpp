@@ -75,7 +75,10 @@ GPUKV_HD_INLINE bool mixes_reads_and_writes(std::uint64_t writes, std::uint64_t 
 // writes missed, every block that fits runs, because a miss's walk is a chain of ticket words and more warps
 // in flight shorten it; when most hit, as many blocks as the Stash kernel runs, because a hit reads its slot
 // through L1, which more warps thrash (H100, run 141: 6 blocks per SM against 4, misses up to 1.11x, hits
-// down to 0.92x).
+// down to 0.92x). Below 0.8 load (`low_load`), where most hits end in their first unit, whose first sector a
+// line's hits keep in L1 (Walk::kLineReadOnly), fewer still: 3 blocks an SM against 4, hits 1.049 / 1.038 /
+// 1.029 / 1.002x at loads 0.5 / 0.6 / 0.7 / 0.8, but 0.979 / 0.969x at 0.9 / 0.95, where more of their walks go
+// on (H200, runs 394-395).
 //
 // A mixed pass splits its ops by kind instead (`split`), where the host launched the kernels for it
 // (`kinds_apart`; under kAuto: after a mixed pass, a pass of at least 512K ops whose values the probing step
@@ -109,6 +112,9 @@ struct LanePolicy {
   // split ones took 0.60 (H100, run 351). Such a pass does not run split whatever its mix: a pure pass runs
   // where it would have, and the split kernels return at once.
   bool mix_unknown = false;
+  // The device tier's live keys were under 0.8 of its capacity as the last pass finished: the lookup kernel of
+  // a line's passes expected to hit runs fewer blocks (see above).
+  bool low_load = false;
   // Every kernel of the step must get the same answer: from the pass's mix (StartPass) and the live keys as
   // the pass began. `items` itself grows while the Stash kernel inserts, and a pass that carried it past
   // items_from ran its ops in the clStash kernel too (TableEdgeTest, APassThatCrossesTheLaneSwitchRunsEachOpOnce).
@@ -372,7 +378,7 @@ class PassRunner {
     exec_.execute(n, ExecuteOp<Ref>{engine},
                   LanePolicy{lanes_, clstash_items_, n, lookups_expected_, lookups_miss_,
                              lanes_ == LaneMode::kSplit || (lanes_ == LaneMode::kAuto && mixed_expected_) || mix_unknown,
-                             clstash_items_ > capacity_, mix_unknown});
+                             clstash_items_ > capacity_, mix_unknown, 5 * known_.items < 4 * capacity_});
     if (ahead) {
       if (copy_lanes_ != 0) {
         exec_.for_each(n * copy_lanes_, CopyValues<Ref>{table_, batch, scratch.pending, copy_lanes_, counters_, true});
