@@ -223,13 +223,18 @@ struct Engine {
   // their latency overlapped other work.
   GPUKV_HD_INLINE Probe start(const KeyWords& key, const ProbePlan& plan, UnitWords first) const {
     Probe p;
+    start(p, key, plan, first);
+    return p;
+  }
+  // The same, written into `p` field by field.
+  GPUKV_HD_INLINE void start(Probe& p, const KeyWords& key, const ProbePlan& plan, UnitWords first) const {
     p.key = key;
     p.plan = plan;
     p.code = Codec::info_code(plan.info);
     p.unit = plan.first;
     p.probe = 0;
     p.words = first;
-    return p;
+    p.at = Location{};
   }
 
   // Host threads only: cache hints for the start of a key's walk in the device tier. A GPU hides the
@@ -290,12 +295,27 @@ struct Engine {
 #endif
   }
 
+  // The words of a walk's first unit, loaded when it started (Probe::words). A walk of kAny has no lengths
+  // word (0) and reads the ticket word alone: on the host, a 16-byte load of the two words, which start()
+  // stored apart, cannot take them from the store buffer and waits for the stores to reach the cache; with
+  // the Probe copied whole as well, finds in batches of 2048 on the CPU backend ran at 0.57-0.80x (2-core VM,
+  // bench/RESULTS.md, 2026-11-28, "the CPU backend's walks").
+  template <Walk kWalk>
+  GPUKV_HD_INLINE static UnitWords started_words(const Probe& p) {
+    if constexpr (kWalk == Walk::kAny) {
+      return UnitWords{p.words.tickets, 0};
+    } else {
+      return p.words;
+    }
+  }
+
   template <bool kHost, bool kWithHost, Walk kWalk, bool kOptimistic = false>
   GPUKV_HD_INLINE bool step_in(const Ref& t, Probe& p, Tally& tally) const {
     if (p.probe >= t.units) return end_of_tier<kWithHost>(p);
     const std::uint64_t word = t.word_of(p.unit);
     const std::uint64_t lanes = t.lanes_of(p.unit);
-    const UnitWords u = p.probe == 0 ? p.words : kHost ? UnitWords{t.board.load(word), 0} : load_unit<kWalk>(word);
+    const UnitWords u = p.probe == 0 ? started_words<kHost ? Walk::kAny : kWalk>(p)
+                                     : kHost ? UnitWords{t.board.load(word), 0} : load_unit<kWalk>(word);
     // An optimistic walk that cannot judge this unit yet ends here, having found nothing and no EMPTY ticket
     // short of the sequence's end: insert_optimistic tells it from the others by that.
     if constexpr (kOptimistic) {

@@ -499,7 +499,7 @@ struct ExecuteOp {
       e.pass.conflicts[append_index(&e.pass.counters->conflicts)] = (std::uint64_t{entry} << 32) | op;
       return false;
     }
-    p = e.start(key, plan, first);
+    e.start(p, key, plan, first);
     return true;
   }
   // Walks a begun op to its end and applies it. The op's kind and value are loaded before the walk, so that
