@@ -137,7 +137,8 @@ class CudaExecutor {
         if (policy.lookups_miss) {
           launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, needed);
         } else if constexpr (kWalk == Walk::kLine) {
-          const std::uint64_t grid = policy.low_load ? std::uint64_t{kLowLoadHitBlocks} * sm_count_ : stash_grid;
+          const std::uint64_t grid =
+              policy.low_load ? std::min<std::uint64_t>(stash_grid, std::uint64_t{kLowLoadHitBlocks} * sm_count_) : stash_grid;
           launch_probing<lookup_kernel<Ref, Walk::kLineReadOnly, true, kWords>>("ExecuteOp.lookup", n, f, policy, grid);
         } else {
           launch_probing<lookup_kernel<Ref, kWalk, false, kWords>>("ExecuteOp.lookup", n, f, policy, stash_grid);
