@@ -51,7 +51,8 @@ constexpr std::uint64_t kSplitMinOps = std::uint64_t{1} << 19;
 // too: a pure pass then pays an idle launch (about 2.5 us), which pays back where a mixed pass in clStash costs
 // much more than split (passes of 4M ops at 0.9: 0.81 ms against 0.60).
 constexpr std::uint64_t kSplitUnknownMixMinOps = (std::uint64_t{1} << 21) + 1;
-// Blocks an SM of the lookup kernel for a line's hits below 0.8 load (LanePolicy::low_load).
+// Blocks an SM of the lookup kernel for a line's hits below 0.8 load (LanePolicy::low_load), never more than the
+// Stash kernel holds (its grid, which the hits run on at higher loads).
 constexpr int kLowLoadHitBlocks = 3;
 
 class CudaExecutor {

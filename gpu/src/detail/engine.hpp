@@ -226,7 +226,9 @@ struct Engine {
     start(p, key, plan, first);
     return p;
   }
-  // The same, written into `p` field by field.
+  // The same, written into the caller's Probe field by field. A host thread that copied a whole Probe into
+  // its own loaded it in 16-byte pieces straight after storing its fields 8 bytes at a time, and each such
+  // load waited for the stores to reach the cache (see started_words).
   GPUKV_HD_INLINE void start(Probe& p, const KeyWords& key, const ProbePlan& plan, UnitWords first) const {
     p.key = key;
     p.plan = plan;
