@@ -167,8 +167,8 @@ class CudaExecutor {
     // ms per 17 mixed passes of a line at load 0.5, of the 0.94 it took for clStash's deletes and new keys, and
     // mixed passes gained 1.4-3.4% where they gain 2.4-6.8% (H100, run 258).
     if (policy.kinds_apart) {
-      // In a line, the GETs and deletes fetch each line whole (Walk::kLineFetched), and the PUTs of one-word keys
-      // do not (kLineFromL2NoFetch): Walk says why, and what each measured.
+      // In a line, the GETs and deletes fetch each line whole and walk through L1 (Walk::kLineFetched), and the
+      // PUTs of one-word keys do not fetch it (kLineFromL2NoFetch): Walk says why, and what each measured.
       constexpr Walk kOthersWalk = kWalk == Walk::kLine ? Walk::kLineFetched : kWalk;
       launch_probing<split_kernel<Ref, kOthersWalk, false>>("ExecuteOp.split_others", n, f, policy, needed);
       constexpr Walk kPutsWalk = kWalk != Walk::kLine ? kWalk : Ref::key_words == 1 ? Walk::kLineFromL2NoFetch : Walk::kLineFromL2;

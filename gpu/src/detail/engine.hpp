@@ -209,7 +209,7 @@ struct Engine {
     if constexpr (kWalk == Walk::kAny) {
       u.tickets = table.board.load(word);
     } else {
-      table.board.template load_with_next<kFetchLine, kWalk == Walk::kLineReadOnly>(word, u.tickets, u.lens);
+      table.board.template load_with_next<kFetchLine, loads_through_l1(kWalk)>(word, u.tickets, u.lens);
     }
     return u;
   }

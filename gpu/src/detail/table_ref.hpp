@@ -93,12 +93,22 @@ enum class Walk : std::uint8_t {
   // in a steady state (bench_steady_mixed) 1.00-1.02x (runs 315-317). Two-word keys keep kLineFromL2: their
   // kernel spilled 24 bytes a thread without the fetch, and ran mixed batches 0.986-0.997x (run 316).
   kLineFromL2NoFetch,
-  // kLine with each unit's whole line fetched into L2 with its words (Board::load_with_next): the kernel that
-  // runs a mixed pass's GETs and deletes apart (LanePolicy::split). A key's slot may lie in its line's other
-  // 64-byte half, which a second DRAM access would bring, as for the lookups of passes expected to hit. H100,
-  // run 317, against kLine over keys of every age: mixed batches 1.006 / 1.021 / 1.023 / 1.025x at loads 0.5 /
-  // 0.8 / 0.9 / 0.95, mixed batches in a steady state 1.025-1.030x; a pass of deletes after a mixed one, which
-  // runs split, 0.961x at 0.5, level above.
+  // kLine with each unit's whole line fetched into L2 with its words (Board::load_with_next), loaded by weak
+  // loads, through L1, as kLineReadOnly loads them: the kernel that runs a mixed pass's GETs and deletes apart
+  // (LanePolicy::split). A key's slot may lie in its line's other 64-byte half, which a second DRAM access would
+  // bring, as for the lookups of passes expected to hit. H100, run 317, against kLine over keys of every age:
+  // mixed batches 1.006 / 1.021 / 1.023 / 1.025x at loads 0.5 / 0.8 / 0.9 / 0.95, mixed batches in a steady
+  // state 1.025-1.030x; a pass of deletes after a mixed one, which runs split, 0.961x at 0.5, level above.
+  // Its deletes write the table while it runs, but no op claims a slot beside them, so a stale view from L1 can
+  // only show another key's ticket FULL, or its slot as it was, where a delete has changed them: a walk then
+  // compares against a key that is not its own (or, where the delete freed the slot, against zeros or a mix of
+  // zeros and the key, which frees_slot_at_once keeps from the keys they could match), and never misses an
+  // EMPTY that would stop it, since a freed slot's unit held an EMPTY already and no EMPTY is taken in this
+  // kernel. A key's own ticket and slot change only in its own thread. Through L1 against past it (H200, run
+  // 402): mixed batches 1.029 / 1.028 / 1.017 / 1.006x at loads 0.5 / 0.8 / 0.9 / 0.95 (16 B / 8 B: 1.030 /
+  // 0.995x at 0.5 / 0.9), but a pass of deletes alone after a mixed one 0.971 / 0.980x at 0.9 / 0.95. Through
+  // L1 only in a pass with GETs, the kernel holding both loops, lost most of the gain (mixed 1.015 / 1.004 /
+  // 0.998x, run 403; 8 bytes of stack where there were none).
   kLineFetched,
   // kLine where nothing writes the table while the kernel runs: the lookups of a pass without writes expected
   // to hit (the lookup kernel that fetches their first line; the optimistic kernel where its pass holds GETs
@@ -119,6 +129,9 @@ constexpr bool from_l2(Walk w) { return w == Walk::kLineFromL2 || w == Walk::kLi
 // Whether a walk fetches each unit's whole line into L2 with its words (Board::load_with_next): kLineFromL2
 // and kLineFetched; kLine and kLineFromL2NoFetch load the first sector alone.
 constexpr bool fetches_line(Walk w) { return w == Walk::kLineFromL2 || w == Walk::kLineFetched; }
+// Whether a walk loads its units' words through L1 (Board::load_with_next's kWeak): kLineReadOnly and
+// kLineFetched.
+constexpr bool loads_through_l1(Walk w) { return w == Walk::kLineReadOnly || w == Walk::kLineFetched; }
 
 // When a delete's slot becomes a TOMBSTONE (Engine::commit): at once, while its line is in L2, or at the
 // pass's end (FinishPass), so that no insert reuses the slot and rewrites its key while a reader that saw its
