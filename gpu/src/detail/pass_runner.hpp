@@ -85,12 +85,12 @@ GPUKV_HD_INLINE bool mixes_reads_and_writes(std::uint64_t writes, std::uint64_t 
 // copies, CudaExecutor's kSplitMinOps; where no pass of the call has finished yet (`mix_unknown`), one of more
 // than 2M ops, kSplitUnknownMixMinOps; under kSplit: every pass): its other ops first, in a Stash kernel whose
 // deletes settle at once (Settle::kAlways), as no op that may claim a slot runs beside them (in a line, each
-// line fetched whole and walked through L1: Walk::kLineFetched); then its PUTs, in a Stash
-// kernel that in a line compares from L2 and so publishes their new keys in the pass (Walk::kLineFromL2NoFetch
-// for one-word keys). Each kernel packs its warps with ops of its kind. Same-key ops are deferred as in every
-// pass, so the order of the two kernels reorders nothing. Where clStash left a mixed pass's deletes (and a
-// line's new keys) BUSY for FinishPass, a second random atomic each on a line that has left L2, the split
-// leaves it nothing: mixed passes of 4M ops 1.02-1.07x (H100, bench/RESULTS.md, run 260).
+// line fetched whole and walked through L1: Walk::kLineFetched); then its PUTs, in a Stash kernel that in a
+// line compares from L2 and so publishes their new keys in the pass (Walk::kLineFromL2NoFetch for one-word
+// keys). Each kernel packs its warps with ops of its kind. Same-key ops are deferred as in every pass, so the
+// order of the two kernels reorders nothing. Where clStash left a mixed pass's deletes (and a line's new keys)
+// BUSY for FinishPass, a second random atomic each on a line that has left L2, the split leaves it nothing:
+// mixed passes of 4M ops 1.02-1.07x (H100, bench/RESULTS.md, run 260).
 struct LanePolicy {
   LaneMode mode;
   std::uint64_t items_from;  // clStash from this many live keys

@@ -117,9 +117,9 @@ struct Board {
   // back as whole sectors later, where a store into a sector L2 does not hold costs DRAM a read-modify-write
   // at eviction (a packed slot covers part of a sector).
   //
-  // kWeak: a weak load, for a kernel in which nothing writes the table (Walk::kLineReadOnly), or nothing claims a
-  // slot (Walk::kLineFetched: a mixed pass's GETs and deletes). A relaxed load
-  // at GPU scope passes the SM's L1; a weak one leaves the sector there.
+  // kWeak: a weak load, for a kernel in which nothing writes the table (Walk::kLineReadOnly), or nothing claims
+  // a slot (Walk::kLineFetched: a mixed pass's GETs and deletes). A relaxed load at GPU scope passes the SM's
+  // L1; a weak one leaves the sector there.
   template <bool kFetchLine, bool kWeak = false>
   GPUKV_HD_INLINE void load_with_next(std::uint64_t word, std::uint64_t& tickets, std::uint64_t& next) const {
 #if defined(__CUDA_ARCH__)
